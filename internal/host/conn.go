@@ -1,0 +1,101 @@
+package host
+
+import (
+	"context"
+	"net"
+	"sync"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/digitalocean/go-libvirt"
+)
+
+const (
+	errCallTimeout = "libvirt call to %s did not finish in time; connection closed"
+	errDialFrom    = "cannot dial %s %s from libvirt host %s"
+)
+
+// Conn is a handle on a pooled connection. It is cheap, safe for concurrent
+// use, and stays valid after drops and idle closes: the next call reopens.
+type Conn struct {
+	pool *Pool
+	key  string
+	cfg  Config
+}
+
+// Address names the host: user@host:port or unix:SOCKET.
+func (c *Conn) Address() string { return c.cfg.Address() }
+
+// acquire returns a healthy session and a func to release it.
+func (c *Conn) acquire(ctx context.Context) (*session, func(), error) {
+	for {
+		e, err := c.pool.entry(c.key, c.cfg)
+		if err != nil {
+			return nil, nil, errors.Wrapf(err, errConnect, c.cfg.Address())
+		}
+		s, err := e.acquire(ctx, c.pool)
+		if errors.Is(err, errEvicted) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, sync.OnceFunc(e.release), nil
+	}
+}
+
+// Do calls fn with the libvirt client, reopening the connection first if
+// it dropped. go-libvirt's calls take no context, so when ctx ends before fn
+// returns, Do closes the connection (which unblocks fn; the next call
+// reopens) and returns an error that wraps ctx.Err(). fn must not keep l.
+func (c *Conn) Do(ctx context.Context, fn func(l *libvirt.Libvirt) error) error {
+	s, release, err := c.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	errc := make(chan error, 1)
+	go func() { errc <- fn(s.lv) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		s.kill()
+		return errors.Wrapf(ctx.Err(), errCallTimeout, c.cfg.Address())
+	}
+}
+
+// DialContext dials addr from the host, through the SSH connection (or
+// locally for the Unix transport), e.g. to probe a guest's port from the
+// host side. The connection counts as use of the pooled connection until
+// it is closed.
+func (c *Conn) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	s, release, err := c.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var nc net.Conn
+	if s.ssh == nil {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, network, addr)
+	} else {
+		nc, err = s.ssh.client.DialContext(ctx, network, addr)
+	}
+	if err != nil {
+		release()
+		return nil, errors.Wrapf(err, errDialFrom, network, addr, c.cfg.Address())
+	}
+	return &trackedConn{Conn: nc, release: release}, nil
+}
+
+// trackedConn releases its pool entry when closed.
+type trackedConn struct {
+	net.Conn
+	release func()
+}
+
+// Close closes the connection and releases the pooled connection.
+func (t *trackedConn) Close() error {
+	err := t.Conn.Close()
+	t.release()
+	return err
+}

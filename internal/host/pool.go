@@ -1,0 +1,356 @@
+package host
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+)
+
+// Default pool settings.
+const (
+	DefaultDialTimeout = 15 * time.Second
+	DefaultKeepAlive   = 30 * time.Second
+	DefaultIdleTimeout = 10 * time.Minute
+)
+
+const (
+	errPoolClosed = "connection pool is closed"
+	errConnect    = "cannot connect to libvirt host %s"
+	errWaitDial   = "cannot connect to libvirt host %s: gave up waiting for another caller's dial"
+)
+
+// errEvicted tells an acquire that its entry was closed for idleness in the
+// meantime; the caller looks the entry up again.
+var errEvicted = errors.New("connection evicted")
+
+// OpenInfo describes a newly opened connection. It holds no secret.
+type OpenInfo struct {
+	// Transport is SSH or Unix.
+	Transport Transport
+	// Address is user@host:port, or unix:SOCKET.
+	Address string
+	// Insecure is true when the host key was not verified
+	// (InsecureSkipHostKeyVerification). Callers should raise a warning.
+	Insecure bool
+	// HostKeyFingerprint is the server's host key, SHA256:..., if SSH.
+	HostKeyFingerprint string
+}
+
+// An Option configures a Pool.
+type Option func(*Pool)
+
+// WithDialTimeout bounds opening a connection (TCP, SSH handshake and
+// libvirt's connect), in addition to the caller's context.
+func WithDialTimeout(d time.Duration) Option { return func(p *Pool) { p.dialTimeout = d } }
+
+// WithKeepAlive sets the SSH keepalive interval; a connection whose
+// keepalive is not answered within one more interval is closed. Zero
+// disables keepalives.
+func WithKeepAlive(d time.Duration) Option { return func(p *Pool) { p.keepAlive = d } }
+
+// WithIdleTimeout closes connections unused for d. Zero keeps them open.
+func WithIdleTimeout(d time.Duration) Option { return func(p *Pool) { p.idleTimeout = d } }
+
+// WithOnOpen calls fn every time the pool opens an SSH connection (or a
+// Unix libvirt connection), e.g. to warn about an insecure one. fn must not
+// block. See also ContextWithOnOpen.
+func WithOnOpen(fn func(OpenInfo)) Option { return func(p *Pool) { p.onOpen = fn } }
+
+// WithLogger sets the pool's logger. It logs addresses, never secrets.
+func WithLogger(l logging.Logger) Option { return func(p *Pool) { p.log = l } }
+
+type onOpenKey struct{}
+
+// ContextWithOnOpen returns a context that makes a Pool call fn when a
+// call made with it opens a new connection, in addition to the pool's own
+// WithOnOpen hook. A controller can so raise an event on the resource whose
+// reconcile opened an insecure connection.
+func ContextWithOnOpen(ctx context.Context, fn func(OpenInfo)) context.Context {
+	return context.WithValue(ctx, onOpenKey{}, fn)
+}
+
+// Pool shares libvirt connections among callers. It is safe for concurrent
+// use. The zero value is not usable: call NewPool.
+type Pool struct {
+	dialTimeout time.Duration
+	keepAlive   time.Duration
+	idleTimeout time.Duration
+	onOpen      func(OpenInfo)
+	log         logging.Logger
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	closed  bool
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// NewPool returns a connection pool.
+func NewPool(opts ...Option) *Pool {
+	p := &Pool{
+		dialTimeout: DefaultDialTimeout,
+		keepAlive:   DefaultKeepAlive,
+		idleTimeout: DefaultIdleTimeout,
+		log:         logging.NewNopLogger(),
+		entries:     map[string]*entry{},
+		stop:        make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.idleTimeout > 0 {
+		p.wg.Add(1)
+		go p.reaper()
+	}
+	return p
+}
+
+// Get returns a connection to the host c describes, opening it if no
+// healthy one is pooled. Errors name the host and say why.
+func (p *Pool) Get(ctx context.Context, c Config) (*Conn, error) {
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, errors.Wrapf(err, errConnect, c.Address())
+	}
+	conn := &Conn{pool: p, key: c.poolKey(), cfg: c}
+	_, release, err := conn.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	release()
+	return conn, nil
+}
+
+// Close closes every pooled connection. Later calls fail.
+func (p *Pool) Close() error {
+	p.stopOnce.Do(func() { close(p.stop) })
+	p.wg.Wait()
+	p.mu.Lock()
+	p.closed = true
+	var sess []*session
+	for k, e := range p.entries {
+		if s := e.evict(); s != nil {
+			sess = append(sess, s)
+		}
+		delete(p.entries, k)
+	}
+	p.mu.Unlock()
+	closeAll(sess)
+	return nil
+}
+
+// Len returns the number of pooled connection entries.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.entries)
+}
+
+func closeAll(sess []*session) {
+	var wg sync.WaitGroup
+	for _, s := range sess {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.close()
+		}()
+	}
+	wg.Wait()
+}
+
+func (p *Pool) entry(key string, c Config) (*entry, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New(errPoolClosed)
+	}
+	e, ok := p.entries[key]
+	if !ok {
+		e = &entry{cfg: c, dialLock: make(chan struct{}, 1), lastUsed: time.Now()}
+		p.entries[key] = e
+	}
+	return e, nil
+}
+
+func (p *Pool) reaper() {
+	defer p.wg.Done()
+	iv := min(max(p.idleTimeout/4, 10*time.Millisecond), time.Minute)
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			p.reap(time.Now())
+		}
+	}
+}
+
+// reap closes entries unused for the idle timeout and without calls.
+func (p *Pool) reap(now time.Time) {
+	var sess []*session
+	p.mu.Lock()
+	for k, e := range p.entries {
+		s, ok := e.evictIfIdle(now, p.idleTimeout)
+		if !ok {
+			continue
+		}
+		delete(p.entries, k)
+		if s != nil {
+			sess = append(sess, s)
+			p.log.Debug("Closing idle libvirt connection", "address", e.cfg.Address())
+		}
+	}
+	p.mu.Unlock()
+	closeAll(sess)
+}
+
+// open opens a session for c. When old's SSH connection is still alive
+// (e.g. only libvirtd restarted), it is reused.
+func (p *Pool) open(ctx context.Context, c Config, old *session) (*session, error) {
+	if p.dialTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.dialTimeout)
+		defer cancel()
+	}
+	info := OpenInfo{Transport: c.Transport, Address: c.Address()}
+	s := &session{}
+	reused := false
+	switch c.Transport {
+	case TransportUnix:
+		s.d = &streamDialer{dial: func() (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", c.Socket)
+		}}
+	default:
+		if old != nil && old.ssh != nil && old.ssh.alive() {
+			s.ssh, reused = old.ssh, true
+		} else {
+			sc, err := dialSSH(ctx, c, p.keepAlive)
+			if err != nil {
+				return nil, err
+			}
+			s.ssh = sc
+		}
+		info.Insecure = c.InsecureSkipHostKeyVerification
+		info.HostKeyFingerprint = s.ssh.fingerprint
+		client := s.ssh.client
+		s.d = &streamDialer{dial: func() (net.Conn, error) {
+			conn, err := client.Dial("unix", c.Socket)
+			return conn, errors.Wrapf(err, errOpenSocket, c.Socket)
+		}}
+	}
+	lv, err := connectLibvirt(ctx, s.d, c.URI)
+	if err != nil {
+		if s.ssh != nil && (!reused || ctx.Err() != nil) {
+			s.ssh.close()
+		}
+		return nil, errors.Wrapf(err, errOpenLibvirt, c.URI)
+	}
+	s.lv = lv
+	if !reused {
+		p.log.Debug("Opened libvirt connection", "address", info.Address, "insecure", info.Insecure, "hostKey", info.HostKeyFingerprint)
+		if p.onOpen != nil {
+			p.onOpen(info)
+		}
+		if fn, ok := ctx.Value(onOpenKey{}).(func(OpenInfo)); ok && fn != nil {
+			fn(info)
+		}
+	}
+	return s, nil
+}
+
+// entry is the pooled connection for one Config.
+type entry struct {
+	cfg      Config
+	dialLock chan struct{} // held while (re)opening; waiting honours ctx
+
+	mu       sync.Mutex
+	sess     *session
+	inflight int // calls and tunnels using sess, and dials
+	lastUsed time.Time
+	evicted  bool
+}
+
+func (e *entry) evict() *session {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.evicted = true
+	s := e.sess
+	e.sess = nil
+	return s
+}
+
+func (e *entry) evictIfIdle(now time.Time, idle time.Duration) (*session, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.inflight > 0 || now.Sub(e.lastUsed) < idle {
+		return nil, false
+	}
+	e.evicted = true
+	s := e.sess
+	e.sess = nil
+	return s, true
+}
+
+func (e *entry) release() {
+	e.mu.Lock()
+	e.inflight--
+	e.lastUsed = time.Now()
+	e.mu.Unlock()
+}
+
+// acquire returns a healthy session, opening one if needed. On success the
+// caller must call e.release when done.
+func (e *entry) acquire(ctx context.Context, p *Pool) (*session, error) {
+	e.mu.Lock()
+	if e.evicted {
+		e.mu.Unlock()
+		return nil, errEvicted
+	}
+	e.inflight++
+	e.lastUsed = time.Now()
+	s := e.sess
+	e.mu.Unlock()
+	if s.healthy() {
+		return s, nil
+	}
+	select {
+	case e.dialLock <- struct{}{}:
+	case <-ctx.Done():
+		e.release()
+		return nil, errors.Wrapf(ctx.Err(), errWaitDial, e.cfg.Address())
+	}
+	defer func() { <-e.dialLock }()
+	e.mu.Lock()
+	s = e.sess
+	e.mu.Unlock()
+	if s.healthy() {
+		return s, nil
+	}
+	ns, err := p.open(ctx, e.cfg, s)
+	if err != nil {
+		e.release()
+		return nil, errors.Wrapf(err, errConnect, e.cfg.Address())
+	}
+	e.mu.Lock()
+	old := e.sess
+	e.sess = ns
+	e.mu.Unlock()
+	if old != nil {
+		if old.ssh != nil && old.ssh == ns.ssh {
+			go old.closeLibvirt()
+		} else {
+			go old.close()
+		}
+		p.log.Debug("Reopened libvirt connection", "address", e.cfg.Address())
+	}
+	return ns, nil
+}

@@ -1,0 +1,234 @@
+package host
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/digitalocean/go-libvirt"
+	"golang.org/x/crypto/ssh"
+)
+
+const (
+	errDialTCP         = "cannot dial SSH server"
+	errHandshake       = "cannot establish SSH session"
+	errOpenLibvirt     = "cannot open libvirt connection %s on the host"
+	errOpenSocket      = "cannot open libvirt socket %s"
+	errKnownHostsSetup = "cannot use known_hosts data"
+
+	keepAliveRequest  = "keepalive@openssh.com"
+	disconnectTimeout = 2 * time.Second
+)
+
+// sshConn is an SSH client connection and its liveness.
+type sshConn struct {
+	client      *ssh.Client
+	dead        chan struct{} // closed when the connection has ended
+	fingerprint string        // server's host key, SHA256:...
+}
+
+func (s *sshConn) alive() bool {
+	select {
+	case <-s.dead:
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *sshConn) close() { _ = s.client.Close() }
+
+// dialSSH opens an authenticated SSH connection with pinned host key. The
+// handshake is bounded by ctx.
+func dialSSH(ctx context.Context, c Config, keepAlive time.Duration) (*sshConn, error) {
+	signer, err := parseSigner(c.PrivateKey, c.Passphrase)
+	if err != nil {
+		return nil, err
+	}
+	var kh knownHosts
+	if !c.InsecureSkipHostKeyVerification {
+		if kh, err = parseKnownHosts(c.KnownHosts); err != nil {
+			return nil, errors.Wrap(err, errKnownHostsSetup)
+		}
+	}
+	sc := &sshConn{dead: make(chan struct{})}
+	cfg := &ssh.ClientConfig{
+		User:              c.User,
+		Auth:              []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback:   hostKeyCallback(kh, c.Host, c.Port, c.InsecureSkipHostKeyVerification, &sc.fingerprint),
+		HostKeyAlgorithms: kh.algorithms(knownHostsName(c.Host, c.Port)),
+	}
+	addr := net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
+	d := net.Dialer{KeepAlive: keepAlive}
+	tcp, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, errors.Wrap(err, errDialTCP)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = tcp.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = tcp.Close() })
+	conn, chans, reqs, err := ssh.NewClientConn(tcp, addr, cfg)
+	if !stop() || err != nil {
+		_ = tcp.Close()
+		if ctx.Err() != nil {
+			return nil, errors.Wrap(ctx.Err(), errHandshake)
+		}
+		return nil, errors.Wrap(err, errHandshake)
+	}
+	_ = tcp.SetDeadline(time.Time{})
+	sc.client = ssh.NewClient(conn, chans, reqs)
+	go func() {
+		_ = sc.client.Wait()
+		close(sc.dead)
+	}()
+	if keepAlive > 0 {
+		go sc.keepAlive(keepAlive)
+	}
+	return sc, nil
+}
+
+// keepAlive sends keepalive@openssh.com every interval and closes the
+// connection when a reply does not come within the next interval.
+func (s *sshConn) keepAlive(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.dead:
+			return
+		case <-t.C:
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, _, err := s.client.SendRequest(keepAliveRequest, true, nil)
+			errc <- err
+		}()
+		timer := time.NewTimer(interval)
+		select {
+		case err := <-errc:
+			timer.Stop()
+			if err != nil {
+				s.close()
+				return
+			}
+		case <-timer.C:
+			s.close()
+			return
+		case <-s.dead:
+			timer.Stop()
+			return
+		}
+	}
+}
+
+// streamDialer is a go-libvirt socket.Dialer that remembers the last
+// connection it made, so a stuck libvirt connection can be torn down.
+type streamDialer struct {
+	dial func() (net.Conn, error)
+	mu   sync.Mutex
+	last net.Conn
+}
+
+// Dial implements socket.Dialer.
+func (d *streamDialer) Dial() (net.Conn, error) {
+	c, err := d.dial()
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.last = c
+	d.mu.Unlock()
+	return c, nil
+}
+
+func (d *streamDialer) closeLast() {
+	d.mu.Lock()
+	c := d.last
+	d.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}
+
+// session is one open libvirt connection, over ssh (nil for Unix).
+type session struct {
+	ssh    *sshConn
+	lv     *libvirt.Libvirt
+	d      *streamDialer
+	broken atomic.Bool
+}
+
+// healthy reports whether the session can take calls.
+func (s *session) healthy() bool {
+	if s == nil || s.broken.Load() {
+		return false
+	}
+	if s.ssh != nil && !s.ssh.alive() {
+		return false
+	}
+	return s.lv.IsConnected()
+}
+
+// kill tears the session down at once: it is used when a call outlived its
+// context, so nothing is sent to a possibly stuck peer.
+func (s *session) kill() {
+	s.broken.Store(true)
+	s.d.closeLast()
+	if s.ssh != nil {
+		s.ssh.close()
+	}
+}
+
+// closeLibvirt ends only the libvirt connection, politely when possible.
+func (s *session) closeLibvirt() {
+	s.broken.Store(true)
+	if s.lv.IsConnected() {
+		done := make(chan struct{})
+		go func() {
+			_ = s.lv.Disconnect()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(disconnectTimeout):
+		}
+	}
+	s.d.closeLast()
+}
+
+// close ends the libvirt connection and the SSH connection.
+func (s *session) close() {
+	s.closeLibvirt()
+	if s.ssh != nil {
+		s.ssh.close()
+	}
+}
+
+// connectLibvirt opens a libvirt connection to uri through d, bounded by
+// ctx.
+func connectLibvirt(ctx context.Context, d *streamDialer, uri string) (*libvirt.Libvirt, error) {
+	lv := libvirt.NewWithDialer(d)
+	errc := make(chan error, 1)
+	go func() { errc <- lv.ConnectToURI(libvirt.ConnectURI(uri)) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return nil, err
+		}
+		return lv, nil
+	case <-ctx.Done():
+		d.closeLast()
+		go func() {
+			// Reap the goroutine; close a connection that made it anyway.
+			if err := <-errc; err == nil {
+				d.closeLast()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
