@@ -17,8 +17,8 @@ import (
 const (
 	errParseKnownHosts = "cannot parse known_hosts data"
 
-	markerRevoked = "@revoked"
-	markerCA      = "@cert-authority"
+	markerRevoked = "revoked"
+	markerCA      = "cert-authority"
 	hashMagic     = "|1|"
 )
 
