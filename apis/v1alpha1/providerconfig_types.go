@@ -1,0 +1,250 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+)
+
+// Transport is how the provider reaches a host's libvirt daemon.
+// +kubebuilder:validation:Enum=SSH;Unix
+type Transport string
+
+// Transports.
+const (
+	// TransportSSH carries libvirt's RPC over an SSH channel to the host's libvirt socket.
+	TransportSSH Transport = "SSH"
+	// TransportUnix dials the libvirt socket directly: the provider runs on the host itself.
+	TransportUnix Transport = "Unix"
+)
+
+// DomainType is the libvirt domain type (hypervisor) a guest runs under.
+// +kubebuilder:validation:Enum=kvm;qemu
+type DomainType string
+
+// Domain types.
+const (
+	// DomainTypeKVM runs guests with hardware virtualization. Use it on real hosts.
+	DomainTypeKVM DomainType = "kvm"
+	// DomainTypeQEMU runs guests under TCG software emulation, for hosts without usable KVM.
+	DomainTypeQEMU DomainType = "qemu"
+)
+
+// A SecretKeySelector names one key of a Secret.
+type SecretKeySelector struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Namespace of the Secret. Required in a ClusterProviderConfig. A ProviderConfig reads
+	// Secrets from its own namespace only, so the field must be omitted there.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+
+	// Key within the Secret's data.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// SSHCredentials locate the SSH private key used to log in to the host.
+type SSHCredentials struct {
+	// SecretRef selects the key of a Secret that holds the private key in OpenSSH or PEM
+	// form. Ed25519, RSA (signed with rsa-sha2-256/512) and ECDSA keys are supported.
+	SecretRef SecretKeySelector `json:"secretRef"`
+
+	// PassphraseSecretRef selects the key of a Secret that holds the passphrase of an
+	// encrypted private key. Omit it for an unencrypted key.
+	// +optional
+	PassphraseSecretRef *SecretKeySelector `json:"passphraseSecretRef,omitempty"`
+}
+
+// KnownHosts locate the known_hosts data that pins the host's SSH host key.
+type KnownHosts struct {
+	// SecretRef selects the key of a Secret that holds known_hosts lines for the host, in
+	// OpenSSH format: plain or hashed host names, and the [host]:port form for ports other
+	// than 22. The host key the server presents must match one of them.
+	SecretRef SecretKeySelector `json:"secretRef"`
+}
+
+// HostDefaults are used by managed resources on this host that do not set the field.
+type HostDefaults struct {
+	// DomainType is the libvirt domain type for KVMDomains: kvm (hardware virtualization)
+	// or qemu (TCG software emulation, for hosts where KVM is missing or unusable).
+	// +optional
+	// +kubebuilder:default=kvm
+	DomainType DomainType `json:"domainType,omitempty"`
+
+	// Pool is the libvirt storage pool for BaseImages, SeedVolumes and domain overlays.
+	// +optional
+	// +kubebuilder:default=default
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`
+	// +kubebuilder:validation:MaxLength=64
+	Pool string `json:"pool,omitempty"`
+
+	// Network is the libvirt network that KVMDomains attach to.
+	// +optional
+	// +kubebuilder:default=default
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`
+	// +kubebuilder:validation:MaxLength=64
+	Network string `json:"network,omitempty"`
+}
+
+// A ProviderConfigSpec describes one libvirt host and how to reach it.
+// +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || (has(self.host) && has(self.credentials))",message="transport SSH needs host and credentials"
+// +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || has(self.knownHosts) || self.insecureSkipHostKeyVerification",message="transport SSH needs knownHosts to pin the host key; set insecureSkipHostKeyVerification: true only if you accept any host key"
+type ProviderConfigSpec struct {
+	// Transport is how the provider reaches libvirt: SSH (default) opens an SSH connection to
+	// host:port and forwards libvirt's RPC to libvirtSocket on the host; Unix dials
+	// libvirtSocket directly, for a provider that runs on the host itself.
+	// +optional
+	// +kubebuilder:default=SSH
+	Transport Transport `json:"transport,omitempty"`
+
+	// Host is the DNS name or IP address of the host's SSH server.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9:.\[\]-]+$`
+	Host string `json:"host,omitempty"`
+
+	// Port of the host's SSH server.
+	// +optional
+	// +kubebuilder:default=22
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// User to log in as. It must be allowed to open the libvirt socket (root, or a member
+	// of the libvirt group).
+	// +optional
+	// +kubebuilder:default=root
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_.-]*[$]?$`
+	// +kubebuilder:validation:MaxLength=32
+	User string `json:"user,omitempty"`
+
+	// Credentials hold the SSH private key. Required for transport SSH.
+	// +optional
+	Credentials *SSHCredentials `json:"credentials,omitempty"`
+
+	// KnownHosts pin the host's SSH host key. Required for transport SSH unless
+	// insecureSkipHostKeyVerification is true. There is no trust-on-first-use.
+	// +optional
+	KnownHosts *KnownHosts `json:"knownHosts,omitempty"`
+
+	// InsecureSkipHostKeyVerification accepts any SSH host key. Anyone who can intercept the
+	// connection can then impersonate the host. The provider raises a warning event each time
+	// it opens such a connection. Meant for throw-away test hosts only.
+	// +optional
+	InsecureSkipHostKeyVerification bool `json:"insecureSkipHostKeyVerification,omitempty"`
+
+	// LibvirtSocket is the path of libvirt's read-write unix socket on the host.
+	// +optional
+	// +kubebuilder:default=/var/run/libvirt/libvirt-sock
+	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	// +kubebuilder:validation:MaxLength=107
+	LibvirtSocket string `json:"libvirtSocket,omitempty"`
+
+	// URI is the libvirt connection URI opened on the host's daemon.
+	// +optional
+	// +kubebuilder:default="qemu:///system"
+	// +kubebuilder:validation:Pattern=`^[a-z0-9+]+://`
+	URI string `json:"uri,omitempty"`
+
+	// Defaults for managed resources on this host that do not set these fields.
+	// +optional
+	// +kubebuilder:default={}
+	Defaults HostDefaults `json:"defaults,omitempty"`
+}
+
+// A ProviderConfigStatus reflects the observed state of a ProviderConfig.
+type ProviderConfigStatus struct {
+	xpv2.ProviderConfigStatus `json:",inline"`
+}
+
+// +kubebuilder:object:root=true
+
+// A ProviderConfig describes one libvirt host, reached over SSH, for managed resources in its
+// own namespace. Its Secrets must live in the same namespace.
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="HOST",type="string",JSONPath=".spec.host"
+// +kubebuilder:printcolumn:name="TRANSPORT",type="string",JSONPath=".spec.transport"
+// +kubebuilder:printcolumn:name="USERS",type="integer",JSONPath=".status.users"
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,provider,kvm}
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.credentials) || (!has(self.spec.credentials.secretRef.__namespace__) && (!has(self.spec.credentials.passphraseSecretRef) || !has(self.spec.credentials.passphraseSecretRef.__namespace__)))",message="a ProviderConfig reads Secrets from its own namespace: omit credentials secretRef namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.knownHosts) || !has(self.spec.knownHosts.secretRef.__namespace__)",message="a ProviderConfig reads Secrets from its own namespace: omit knownHosts secretRef namespace"
+type ProviderConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ProviderConfigSpec   `json:"spec"`
+	Status ProviderConfigStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ProviderConfigList contains a list of ProviderConfigs.
+type ProviderConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProviderConfig `json:"items"`
+}
+
+// +kubebuilder:object:root=true
+
+// A ClusterProviderConfig describes one libvirt host, reached over SSH, for managed resources
+// in any namespace. Its Secret references must name their namespace.
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="HOST",type="string",JSONPath=".spec.host"
+// +kubebuilder:printcolumn:name="TRANSPORT",type="string",JSONPath=".spec.transport"
+// +kubebuilder:printcolumn:name="USERS",type="integer",JSONPath=".status.users"
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:resource:scope=Cluster,categories={crossplane,provider,kvm}
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.credentials) || (has(self.spec.credentials.secretRef.__namespace__) && (!has(self.spec.credentials.passphraseSecretRef) || has(self.spec.credentials.passphraseSecretRef.__namespace__)))",message="a ClusterProviderConfig must name the namespace of its credentials Secrets"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.knownHosts) || has(self.spec.knownHosts.secretRef.__namespace__)",message="a ClusterProviderConfig must name the namespace of its knownHosts Secret"
+type ClusterProviderConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ProviderConfigSpec   `json:"spec"`
+	Status ProviderConfigStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ClusterProviderConfigList contains a list of ClusterProviderConfigs.
+type ClusterProviderConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterProviderConfig `json:"items"`
+}
+
+// +kubebuilder:object:root=true
+
+// A ProviderConfigUsage records that a managed resource uses a ProviderConfig or a
+// ClusterProviderConfig. It lives in the managed resource's namespace; while any exists, the
+// config it names cannot be deleted.
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="CONFIG-KIND",type="string",JSONPath=".providerConfigRef.kind"
+// +kubebuilder:printcolumn:name="CONFIG-NAME",type="string",JSONPath=".providerConfigRef.name"
+// +kubebuilder:printcolumn:name="RESOURCE-KIND",type="string",JSONPath=".resourceRef.kind"
+// +kubebuilder:printcolumn:name="RESOURCE-NAME",type="string",JSONPath=".resourceRef.name"
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,provider,kvm}
+type ProviderConfigUsage struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	xpv2.TypedProviderConfigUsage `json:",inline"`
+}
+
+// +kubebuilder:object:root=true
+
+// ProviderConfigUsageList contains a list of ProviderConfigUsages.
+type ProviderConfigUsageList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProviderConfigUsage `json:"items"`
+}
