@@ -29,3 +29,7 @@ func newRSASigner(t *testing.T) ssh.Signer {
 	}
 	return s
 }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+func sprintf(format string, args ...any) string { return errors.Errorf(format, args...).Error() }
