@@ -11,6 +11,7 @@ import (
 
 const (
 	errCallTimeout = "libvirt call to %s did not finish in time; connection closed"
+	errConnLost    = "libvirt connection to %s was lost"
 	errDialFrom    = "cannot dial %s %s from libvirt host %s"
 )
 
@@ -57,6 +58,11 @@ func (c *Conn) Do(ctx context.Context, fn func(l *libvirt.Libvirt) error) error 
 	go func() { errc <- fn(s.lv) }()
 	select {
 	case err := <-errc:
+		if err != nil && !s.healthy() {
+			// The call failed because the connection dropped; the next
+			// call reopens it.
+			return errors.Wrapf(err, errConnLost, c.cfg.Address())
+		}
 		return err
 	case <-ctx.Done():
 		s.kill()

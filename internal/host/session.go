@@ -68,9 +68,7 @@ func dialSSH(ctx context.Context, c Config, keepAlive time.Duration) (*sshConn, 
 	if err != nil {
 		return nil, errors.Wrap(err, errDialTCP)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = tcp.SetDeadline(dl)
-	}
+	// Closing the TCP connection when ctx ends aborts the handshake.
 	stop := context.AfterFunc(ctx, func() { _ = tcp.Close() })
 	conn, chans, reqs, err := ssh.NewClientConn(tcp, addr, cfg)
 	if !stop() || err != nil {
@@ -80,7 +78,6 @@ func dialSSH(ctx context.Context, c Config, keepAlive time.Duration) (*sshConn, 
 		}
 		return nil, errors.Wrap(err, errHandshake)
 	}
-	_ = tcp.SetDeadline(time.Time{})
 	sc.client = ssh.NewClient(conn, chans, reqs)
 	go func() {
 		_ = sc.client.Wait()
