@@ -87,6 +87,10 @@ type ReadinessProbe struct {
 }
 
 // KVMDomainParameters are the configurable fields of a KVMDomain.
+// +kubebuilder:validation:XValidation:rule="!has(self.baseImageRef) || !has(self.baseImageRef.__namespace__)",message="baseImageRef must not name a namespace: a KVMDomain uses BaseImages in its own namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.baseImageSelector) || !has(self.baseImageSelector.__namespace__)",message="baseImageSelector must not name a namespace: a KVMDomain uses BaseImages in its own namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.seedVolumeRef) || !has(self.seedVolumeRef.__namespace__)",message="seedVolumeRef must not name a namespace: a KVMDomain uses SeedVolumes in its own namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.seedVolumeSelector) || !has(self.seedVolumeSelector.__namespace__)",message="seedVolumeSelector must not name a namespace: a KVMDomain uses SeedVolumes in its own namespace"
 // +kubebuilder:validation:XValidation:rule="!(has(self.network) && has(self.bridge))",message="set network or bridge, not both"
 type KVMDomainParameters struct {
 	// VCPU is the number of virtual CPUs. A change takes effect at the next restart.
@@ -271,10 +275,6 @@ type KVMDomainStatus struct {
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,kvm}
-// +kubebuilder:validation:XValidation:rule="!has(self.spec.forProvider.baseImageRef) || !has(self.spec.forProvider.baseImageRef.__namespace__) || self.spec.forProvider.baseImageRef.__namespace__ == self.metadata.__namespace__",message="baseImageRef must refer to a BaseImage in the KVMDomain's own namespace"
-// +kubebuilder:validation:XValidation:rule="!has(self.spec.forProvider.baseImageSelector) || !has(self.spec.forProvider.baseImageSelector.__namespace__) || self.spec.forProvider.baseImageSelector.__namespace__ == self.metadata.__namespace__",message="baseImageSelector must select in the KVMDomain's own namespace"
-// +kubebuilder:validation:XValidation:rule="!has(self.spec.forProvider.seedVolumeSelector) || !has(self.spec.forProvider.seedVolumeSelector.__namespace__) || self.spec.forProvider.seedVolumeSelector.__namespace__ == self.metadata.__namespace__",message="seedVolumeSelector must select in the KVMDomain's own namespace"
-// +kubebuilder:validation:XValidation:rule="!has(self.spec.forProvider.seedVolumeRef) || !has(self.spec.forProvider.seedVolumeRef.__namespace__) || self.spec.forProvider.seedVolumeRef.__namespace__ == self.metadata.__namespace__",message="seedVolumeRef must refer to a SeedVolume in the KVMDomain's own namespace"
 type KVMDomain struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -43,7 +43,7 @@ type SeedVolumeParameters struct {
 	// UserDataSecretRef selects a key of a Secret in the resource's namespace that holds the
 	// user-data.
 	// +optional
-	UserDataSecretRef *xpv2.LocalSecretKeySelector `json:"userDataSecretRef,omitempty"`
+	UserDataSecretRef *LocalSecretKeySelector `json:"userDataSecretRef,omitempty"`
 
 	// NetworkConfig is cloud-init's network-config (version 1 or 2), written byte for byte.
 	// +optional
@@ -53,7 +53,7 @@ type SeedVolumeParameters struct {
 	// NetworkConfigSecretRef selects a key of a Secret in the resource's namespace that holds
 	// the network-config.
 	// +optional
-	NetworkConfigSecretRef *xpv2.LocalSecretKeySelector `json:"networkConfigSecretRef,omitempty"`
+	NetworkConfigSecretRef *LocalSecretKeySelector `json:"networkConfigSecretRef,omitempty"`
 
 	// VendorData is extra vendor-data. With installGuestAgent it travels next to the guest
 	// agent script as a MIME multipart archive.
@@ -64,7 +64,7 @@ type SeedVolumeParameters struct {
 	// VendorDataSecretRef selects a key of a Secret in the resource's namespace that holds
 	// the vendor-data.
 	// +optional
-	VendorDataSecretRef *xpv2.LocalSecretKeySelector `json:"vendorDataSecretRef,omitempty"`
+	VendorDataSecretRef *LocalSecretKeySelector `json:"vendorDataSecretRef,omitempty"`
 
 	// InstallGuestAgent adds a vendor-data shell script that installs and starts
 	// qemu-guest-agent when the image lacks it, so the provider can read the guest's
@@ -142,4 +142,17 @@ type SeedVolumeList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SeedVolume `json:"items"`
+}
+
+// A LocalSecretKeySelector names one key of a Secret in the managed resource's namespace.
+type LocalSecretKeySelector struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Key within the Secret's data.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
 }
