@@ -29,9 +29,13 @@ type sshConn struct {
 	client      *ssh.Client
 	dead        chan struct{} // closed when the connection has ended
 	fingerprint string        // server's host key, SHA256:...
+	closed      atomic.Bool   // set at once by close; dead follows later
 }
 
 func (s *sshConn) alive() bool {
+	if s.closed.Load() {
+		return false
+	}
 	select {
 	case <-s.dead:
 		return false
@@ -40,7 +44,10 @@ func (s *sshConn) alive() bool {
 	}
 }
 
-func (s *sshConn) close() { _ = s.client.Close() }
+func (s *sshConn) close() {
+	s.closed.Store(true)
+	_ = s.client.Close()
+}
 
 // dialSSH opens an authenticated SSH connection with pinned host key. The
 // handshake is bounded by ctx.
