@@ -3,15 +3,17 @@ package envtests
 import (
 	"context"
 	"fmt"
+	"github.com/go-logr/logr"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -43,6 +45,8 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
+	// The controllers under test log through crossplane-runtime; keep controller-runtime quiet.
+	ctrl.SetLogger(logr.Discard())
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "package", "crds")},
 		ErrorIfCRDPathMissing: true,
@@ -74,3 +78,5 @@ func testContext(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

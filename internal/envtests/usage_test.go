@@ -1,0 +1,160 @@
+package envtests
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/gate"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/providerconfig"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+)
+
+// startConfigControllers runs the ProviderConfig and ClusterProviderConfig controllers, as
+// the provider binary does, until the test ends.
+func startConfigControllers(t *testing.T) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := controller.Options{
+		Logger:                  logging.NewNopLogger(),
+		MaxConcurrentReconciles: 2,
+		PollInterval:            time.Second,
+		GlobalRateLimiter:       ratelimiter.NewGlobal(10),
+		Features:                &feature.Flags{},
+		Gate:                    new(gate.Gate[schema.GroupVersionKind]),
+	}
+	if err := config.Setup(mgr, o); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// eventually polls fn until it returns nil or the deadline passes.
+func eventually(t *testing.T, what string, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestConfigInUseCannotBeDeleted: while a managed resource's ProviderConfigUsage exists,
+// deleting its ProviderConfig or ClusterProviderConfig is held by a finalizer with an InUse
+// condition; once the usage is gone, the deletion completes.
+func TestConfigInUseCannotBeDeleted(t *testing.T) {
+	startConfigControllers(t)
+	ensureNamespace(t, "usage")
+
+	spec := v1alpha1.ProviderConfigSpec{
+		Transport: v1alpha1.TransportUnix, LibvirtSocket: "/var/run/libvirt/libvirt-sock",
+		URI: "qemu:///system", Port: 22, User: "root",
+		Defaults: v1alpha1.HostDefaults{DomainType: v1alpha1.DomainTypeKVM, Pool: "default", Network: "default"},
+	}
+	cases := map[string]client.Object{
+		v1alpha1.ClusterProviderConfigKind: &v1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "in-use"}, Spec: spec},
+		v1alpha1.ProviderConfigKind:        &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "usage", Name: "in-use"}, Spec: spec},
+	}
+	for kind, pc := range cases {
+		t.Run(kind, func(t *testing.T) {
+			ctx := testContext(t)
+			if err := kube.Create(ctx, pc); err != nil {
+				t.Fatal(err)
+			}
+			key := client.ObjectKeyFromObject(pc)
+
+			// A managed resource that uses it, tracked exactly as a managed resource
+			// controller's Connect does before it talks to the host.
+			mg := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "usage", Name: "uses-" + strings.ToLower(kind)}}
+			mg.SetProviderConfigReference(&xpv2.ProviderConfigReference{Kind: kind, Name: "in-use"})
+			if err := kube.Create(ctx, mg); err != nil {
+				t.Fatal(err)
+			}
+			mg.SetGroupVersionKind(v1alpha1.KVMDomainGroupVersionKind)
+			tracker := resource.NewProviderConfigUsageTracker(kube, &v1alpha1.ProviderConfigUsage{})
+			if err := tracker.Track(ctx, mg); err != nil {
+				t.Fatalf("track usage: %v", err)
+			}
+
+			eventually(t, "finalizer and users=1", func() error {
+				got := pc.DeepCopyObject().(resource.ProviderConfig)
+				if err := kube.Get(ctx, key, got); err != nil {
+					return err
+				}
+				if len(got.GetFinalizers()) == 0 || got.GetUsers() != 1 {
+					return errorf("finalizers=%v users=%d", got.GetFinalizers(), got.GetUsers())
+				}
+				return nil
+			})
+
+			if err := kube.Delete(ctx, pc); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "deletion held with an InUse condition", func() error {
+				got := pc.DeepCopyObject().(resource.ProviderConfig)
+				if err := kube.Get(ctx, key, got); err != nil {
+					return err
+				}
+				if got.GetDeletionTimestamp() == nil {
+					return errorf("no deletion timestamp yet")
+				}
+				if c := got.GetCondition(providerconfig.TypeTerminating); c.Reason != providerconfig.ReasonInUse {
+					return errorf("Terminating condition reason %q, want InUse", c.Reason)
+				}
+				return nil
+			})
+			// Still there a while later: the finalizer holds it.
+			time.Sleep(time.Second)
+			if err := kube.Get(ctx, key, pc.DeepCopyObject().(client.Object)); err != nil {
+				t.Fatalf("config vanished while in use: %v", err)
+			}
+
+			// The usage goes when the managed resource goes (garbage collection of its
+			// owner reference; envtest runs no garbage collector, so delete it here).
+			if err := kube.Delete(ctx, &v1alpha1.ProviderConfigUsage{ObjectMeta: metav1.ObjectMeta{Namespace: "usage", Name: string(mg.GetUID())}}); err != nil {
+				t.Fatalf("delete usage: %v", err)
+			}
+			eventually(t, "config deleted once unused", func() error {
+				err := kube.Get(ctx, key, pc.DeepCopyObject().(client.Object))
+				if kerrors.IsNotFound(err) {
+					return nil
+				}
+				return errorf("still present (err=%v)", err)
+			})
+			_ = kube.Delete(ctx, mg)
+		})
+	}
+}
