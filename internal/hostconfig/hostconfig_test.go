@@ -117,7 +117,7 @@ func TestResolve(t *testing.T) {
 		},
 		"ProviderConfigCannotReadOtherNamespace": {
 			store: objects{
-				{Namespace: "team-a", Name: "local"}:            sneaky,
+				{Namespace: "team-a", Name: "local"}:          sneaky,
 				{Namespace: "crossplane-system", Name: "ssh"}: secret("crossplane-system", "ssh", allKeys),
 			},
 			mg:      domain("ProviderConfig", "local"),
