@@ -52,6 +52,9 @@ func TestMain(m *testing.M) {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
 	}
+	// Tests run inside the test bed's network namespace, which has no default route, so the
+	// API server cannot guess an address to advertise: give it loopback.
+	env.ControlPlane.GetAPIServer().Configure().Set("advertise-address", "127.0.0.1")
 	t0 := time.Now()
 	var err error
 	if cfg, err = env.Start(); err != nil {
