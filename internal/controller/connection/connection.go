@@ -1,0 +1,94 @@
+// Package connection is the first step of every managed resource controller's reconcile: it
+// records that the resource uses its ProviderConfig, reads that config and its Secrets, and
+// hands back a pooled connection to the libvirt host.
+//
+// When the config sets insecureSkipHostKeyVerification, each newly opened SSH connection
+// raises a warning event on the managed resource whose reconcile opened it.
+package connection
+
+import (
+	"context"
+	"net"
+
+	"github.com/digitalocean/go-libvirt"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/hostconfig"
+)
+
+const (
+	errTrackUsage = "cannot track ProviderConfig usage"
+	errResolve    = "cannot read the ProviderConfig"
+	errConnect    = "cannot connect to the libvirt host of %s"
+
+	// ReasonInsecureConnection is the reason of the warning event raised for every SSH
+	// connection opened without host key verification.
+	ReasonInsecureConnection event.Reason = "InsecureHostKey"
+	msgInsecure                           = "opened an SSH connection to %s without verifying its host key (insecureSkipHostKeyVerification on %s): anyone who can intercept the connection can impersonate the host; pin the key with knownHosts"
+)
+
+// A Pool hands out connections to hosts; *host.Pool is one.
+type Pool interface {
+	Get(ctx context.Context, c host.Config) (*host.Conn, error)
+}
+
+// Connector connects managed resources to their hosts.
+type Connector struct {
+	Kube     client.Reader
+	Usage    resource.ModernTracker
+	Pool     Pool
+	Recorder event.Recorder
+}
+
+// Session is a managed resource's handle on its host.
+type Session struct {
+	conn   *host.Conn
+	onOpen func(host.OpenInfo)
+
+	// Defaults for fields the managed resource leaves empty.
+	Defaults v1alpha1.HostDefaults
+	// Source names the config, e.g. ClusterProviderConfig/default.
+	Source string
+}
+
+// Connect tracks mg's usage of its config, resolves the config and opens (or reuses) the
+// pooled connection. A failure here leaves the resource Synced=False with the error.
+func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Session, error) {
+	if err := c.Usage.Track(ctx, mg); err != nil {
+		return nil, errors.Wrap(err, errTrackUsage)
+	}
+	r, err := hostconfig.Resolve(ctx, c.Kube, mg)
+	if err != nil {
+		return nil, errors.Wrap(err, errResolve)
+	}
+	s := &Session{Defaults: r.Defaults, Source: r.Source}
+	s.onOpen = func(info host.OpenInfo) {
+		if info.Insecure && c.Recorder != nil {
+			c.Recorder.Event(mg, event.Warning(ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address, r.Source)))
+		}
+	}
+	if s.conn, err = c.Pool.Get(host.ContextWithOnOpen(ctx, s.onOpen), r.Host); err != nil {
+		return nil, errors.Wrapf(err, errConnect, r.Source)
+	}
+	return s, nil
+}
+
+// Do runs fn with the host's libvirt client, bounded by ctx. If the connection dropped since
+// Connect, Do reopens it (and warns again when that connection is insecure).
+func (s *Session) Do(ctx context.Context, fn func(l *libvirt.Libvirt) error) error {
+	return s.conn.Do(host.ContextWithOnOpen(ctx, s.onOpen), fn)
+}
+
+// DialContext dials addr from the host, e.g. to probe a guest that only the host can reach.
+func (s *Session) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return s.conn.DialContext(host.ContextWithOnOpen(ctx, s.onOpen), network, addr)
+}
+
+// Conn returns the underlying pooled connection.
+func (s *Session) Conn() *host.Conn { return s.conn }

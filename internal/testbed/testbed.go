@@ -1,0 +1,94 @@
+// Package testbed gives integration tests the real libvirt host that cluster/testbed/up.sh
+// starts: libvirtd and sshd inside network namespace kvmhost, described by the TESTBED_*
+// variables of its env.sh. Tests run inside that namespace through
+// cluster/testbed/run-in-netns.sh (make test does this).
+//
+// Without the test bed a test is skipped with a loud reason, except when CI is set: then it
+// fails, so a CI run can never count a test that did not run as passed.
+package testbed
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Env describes the test bed.
+type Env struct {
+	Dir, Netns, Ctl    string
+	SSHHost, SSHUser   string
+	SSHPort            int
+	KeyFile            string
+	KnownHostsFile     string
+	PassphraseKeyFile  string
+	Passphrase         string
+	LibvirtSocket      string
+	Pool, PoolDir, Net string
+}
+
+// Require returns the test bed, or skips (fails under CI) when it is missing or when the test
+// process is not inside the test bed's network namespace.
+func Require(t testing.TB) *Env {
+	t.Helper()
+	for _, v := range []string{"TESTBED_DIR", "TESTBED_NETNS", "TESTBED_CTL", "TESTBED_SSH_HOST", "TESTBED_SSH_PORT", "TESTBED_SSH_KEY", "TESTBED_SSH_KNOWN_HOSTS", "TESTBED_LIBVIRT_SOCKET", "TESTBED_POOL"} {
+		if os.Getenv(v) == "" {
+			missing(t, "environment variable "+v+" is not set")
+		}
+	}
+	e := &Env{
+		Dir: os.Getenv("TESTBED_DIR"), Netns: os.Getenv("TESTBED_NETNS"), Ctl: os.Getenv("TESTBED_CTL"),
+		SSHHost: os.Getenv("TESTBED_SSH_HOST"), SSHUser: os.Getenv("TESTBED_SSH_USER"),
+		KeyFile: os.Getenv("TESTBED_SSH_KEY"), KnownHostsFile: os.Getenv("TESTBED_SSH_KNOWN_HOSTS"),
+		PassphraseKeyFile: os.Getenv("TESTBED_SSH_KEY_PASSPHRASE"), Passphrase: os.Getenv("TESTBED_SSH_PASSPHRASE"),
+		LibvirtSocket: os.Getenv("TESTBED_LIBVIRT_SOCKET"),
+		Pool:          os.Getenv("TESTBED_POOL"), PoolDir: os.Getenv("TESTBED_POOL_DIR"), Net: os.Getenv("TESTBED_NETWORK"),
+	}
+	var err error
+	if e.SSHPort, err = strconv.Atoi(os.Getenv("TESTBED_SSH_PORT")); err != nil {
+		t.Fatalf("TESTBED_SSH_PORT: %v", err)
+	}
+	// Network rule: only talk to hosts inside the test bed's namespace.
+	var self, ns syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &self); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat("/run/netns/"+e.Netns, &ns); err != nil {
+		missing(t, "network namespace "+e.Netns+" does not exist")
+	}
+	if self.Ino != ns.Ino || self.Dev != ns.Dev {
+		missing(t, "this test process is not inside network namespace "+e.Netns)
+	}
+	return e
+}
+
+func missing(t testing.TB, why string) {
+	t.Helper()
+	msg := "INTEGRATION TEST NOT RUN: " + why + "; start the test bed with cluster/testbed/up.sh and run the test through cluster/testbed/run-in-netns.sh (make test does both)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// Read returns a file of the test bed, e.g. a key.
+func (e *Env) Read(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read test bed file: %v", err)
+	}
+	return b
+}
+
+// Control runs cluster/testbed/ctl.sh with args, e.g. "kill-ssh-sessions".
+func (e *Env) Control(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(e.Ctl, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", e.Ctl, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
