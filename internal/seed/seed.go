@@ -59,9 +59,8 @@ const (
 
 // DefaultUserData is written as user-data when Input.UserData is empty.
 // NoCloud needs a user-data file, and an empty cloud-config mapping is the
-// smallest content that every cloud-init version reads as valid user-data
-// doing nothing (an empty file is accepted too, but is logged as
-// unrecognised content by some versions).
+// smallest content that cloud-init unambiguously reads as valid cloud-config
+// doing nothing (an empty file has no type for cloud-init to recognise).
 const DefaultUserData = "#cloud-config\n{}\n"
 
 // Input is everything that goes into a seed image.
@@ -106,9 +105,23 @@ type Seed struct {
 // as "user-data;1" (the library's own reader hides this by cutting at the
 // first ';'). TestBuild checks the raw identifiers.
 
-// Build assembles the seed image for in. It is safe for concurrent use.
+// Errors returned by Build when a required meta-data value is missing.
+var (
+	ErrNoInstanceID = errors.New("seed: instance ID is empty")
+	ErrNoHostname   = errors.New("seed: hostname is empty")
+)
+
+// Build assembles the seed image for in. InstanceID and Hostname must not be
+// empty. Build is safe for concurrent use, and its errors never contain
+// Input content.
 func Build(in Input) (*Seed, error) {
-	files, err := Files(in)
+	if in.InstanceID == "" {
+		return nil, ErrNoInstanceID
+	}
+	if in.Hostname == "" {
+		return nil, ErrNoHostname
+	}
+	files, err := seedFiles(in)
 	if err != nil {
 		return nil, err
 	}
@@ -122,9 +135,9 @@ func Build(in Input) (*Seed, error) {
 	return &Seed{ISO: iso, SHA256: hex.EncodeToString(sum[:]), Files: files}, nil
 }
 
-// Files returns the files Build puts in the image for in, keyed by the name
-// cloud-init sees.
-func Files(in Input) (map[string][]byte, error) {
+// seedFiles returns the files Build puts in the image for in, keyed by the
+// name cloud-init sees.
+func seedFiles(in Input) (map[string][]byte, error) {
 	userData := in.UserData
 	if len(userData) == 0 {
 		userData = []byte(DefaultUserData)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -396,6 +397,31 @@ func TestBuildDeterministic(t *testing.T) {
 	c, _ := Build(Input{InstanceID: "j", Hostname: "h"})
 	if a.SHA256 == c.SHA256 {
 		t.Error("different inputs gave the same SHA256")
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	secret := []byte("#cloud-config\npassword: hunter2\n")
+	cases := map[string]struct {
+		in   Input
+		want error
+	}{
+		"NoInstanceID": {in: Input{Hostname: "h", UserData: secret}, want: ErrNoInstanceID},
+		"NoHostname":   {in: Input{InstanceID: "i", UserData: secret}, want: ErrNoHostname},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s, err := Build(tc.in)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Build: got error %v, want %v", err, tc.want)
+			}
+			if s != nil {
+				t.Error("Build returned a seed with an error")
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Error("error contains user-data")
+			}
+		})
 	}
 }
 
