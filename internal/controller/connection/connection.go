@@ -92,3 +92,6 @@ func (s *Session) DialContext(ctx context.Context, network, addr string) (net.Co
 
 // Conn returns the underlying pooled connection.
 func (s *Session) Conn() *host.Conn { return s.conn }
+
+// Address names the host: user@host:port or unix:SOCKET.
+func (s *Session) Address() string { return s.conn.Address() }

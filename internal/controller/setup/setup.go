@@ -1,0 +1,106 @@
+// Package setup wires a managed resource controller the same way for every kind: safe-start
+// gating, crossplane-runtime's managed reconciler with our typed external connector, reference
+// resolution, management policies, metrics and the global rate limiter.
+package setup
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/statemetrics"
+)
+
+// Kind describes one managed resource kind.
+type Kind[T resource.Managed] struct {
+	GroupKind string
+	GVK       schema.GroupVersionKind
+	Object    client.Object
+	List      resource.ManagedList
+	// Connector builds the external client; it receives the controller's event recorder.
+	Connector func(event.Recorder) managed.TypedExternalConnector[T]
+	// ExternalName derives the external name (the libvirt object's name) of a resource that
+	// has none yet. It must be a pure function of the resource (see internal/names), so a
+	// provider killed in the middle of a create finds the same object again.
+	ExternalName func(mg resource.Managed) string
+	// Timeout bounds one reconcile (default: crossplane-runtime's).
+	Timeout time.Duration
+	// Options are extra reconciler options.
+	Options []managed.ReconcilerOption
+}
+
+// Gated registers the controller with o.Gate: it starts once its CRD is established.
+func Gated[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) error {
+	o.Gate.Register(func() {
+		if err := Now(mgr, o, k); err != nil {
+			panic(errors.Wrapf(err, "cannot set up %s controller", k.GroupKind))
+		}
+	}, k.GVK)
+	return nil
+}
+
+// Now sets the controller up immediately.
+func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) error {
+	name := managed.ControllerName(k.GroupKind)
+	rec := event.NewAPIRecorder(mgr.GetEventRecorderFor(name)) //nolint:staticcheck // crossplane-runtime's recorder still takes the old events API.
+
+	opts := []managed.ReconcilerOption{
+		managed.WithTypedExternalConnector[T](k.Connector(rec)),
+		managed.WithLogger(o.Logger.WithValues("controller", name)),
+		managed.WithPollInterval(o.PollInterval),
+		managed.WithRecorder(rec),
+		managed.WithReferenceResolver(managed.NewAPISimpleReferenceResolver(mgr.GetClient())),
+		// External names are derived from namespace, name and UID by each kind (see
+		// internal/names), not copied from metadata.name, so two namespaces never collide on
+		// a host, and a create interrupted before its result was recorded is safe to retry.
+		managed.WithInitializers(externalNamer(mgr.GetClient(), k.ExternalName)),
+		managed.WithDeterministicExternalName(true),
+	}
+	if k.Timeout > 0 {
+		opts = append(opts, managed.WithTimeout(k.Timeout))
+	}
+	if o.Features.Enabled(feature.EnableBetaManagementPolicies) {
+		opts = append(opts, managed.WithManagementPolicies())
+	}
+	if o.MetricOptions != nil {
+		opts = append(opts, managed.WithMetricRecorder(o.MetricOptions.MRMetrics))
+		if o.MetricOptions.MRStateMetrics != nil {
+			sm := statemetrics.NewMRStateRecorder(mgr.GetClient(), o.Logger, o.MetricOptions.MRStateMetrics, k.List, o.MetricOptions.PollStateMetricInterval)
+			if err := mgr.Add(sm); err != nil {
+				return errors.Wrapf(err, "cannot register state metrics recorder for %s", k.GroupKind)
+			}
+		}
+	}
+	opts = append(opts, k.Options...)
+
+	r := managed.NewReconciler(mgr, resource.ManagedKind(k.GVK), opts...)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		WithOptions(o.ForControllerRuntime()).
+		WithEventFilter(resource.DesiredStateChanged()).
+		For(k.Object).
+		Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter))
+}
+
+// externalNamer sets a derived external name on a resource that has none, and persists it
+// before anything is created on the host.
+func externalNamer(kube client.Client, derive func(resource.Managed) string) managed.Initializer {
+	return managed.InitializerFn(func(ctx context.Context, mg resource.Managed) error {
+		if meta.GetExternalName(mg) != "" {
+			return nil
+		}
+		meta.SetExternalName(mg, derive(mg))
+		return errors.Wrap(kube.Update(ctx, mg), "cannot record the external name")
+	})
+}
