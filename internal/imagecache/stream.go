@@ -1,0 +1,189 @@
+package imagecache
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"hash"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+)
+
+// Streaming parameters.
+const (
+	chunkSize   = 1 << 20 // bytes per libvirt stream packet
+	chunkCount  = 3       // buffers in flight: one being filled, one queued, one being sent
+	progressMiB = 8 << 20
+	progressDur = time.Second
+)
+
+// ProgressFunc is told how many bytes were handed to libvirt so far and the
+// image's size (0 when the server sent no Content-Length). It is called from
+// the uploading goroutine, at most every second or 8 MiB and once at the
+// end; it must not block.
+type ProgressFunc func(done, total int64)
+
+// imageStream reads an image from src in a goroutine that hashes and checks
+// it, and hands full chunks to Read, so that downloading and hashing overlap
+// with sending over SSH.
+type imageStream struct {
+	src    io.Reader
+	format Format
+	stall  time.Duration
+	onStall func()
+
+	chunks chan []byte
+	free   chan []byte
+	stop   chan struct{}
+	wg     sync.WaitGroup
+
+	// Written by the producer; read after wg.Wait or after chunks closed.
+	hash        hash.Hash
+	n           int64
+	virtualSize int64
+	err         error
+
+	// Consumer side.
+	cur      []byte
+	curBuf   []byte // the buffer cur is part of
+	done     int64
+	total    int64
+	progress ProgressFunc
+	lastDone int64
+	lastTime time.Time
+}
+
+func newImageStream(src io.Reader, format Format, total int64, stall time.Duration, onStall func(), progress ProgressFunc) *imageStream {
+	s := &imageStream{
+		src: src, format: format, stall: stall, onStall: onStall,
+		chunks: make(chan []byte, chunkCount-1), free: make(chan []byte, chunkCount), stop: make(chan struct{}),
+		hash: sha256.New(), total: total, progress: progress, lastTime: time.Now(),
+	}
+	for range chunkCount {
+		s.free <- make([]byte, chunkSize)
+	}
+	s.wg.Add(1)
+	go s.produce()
+	return s
+}
+
+// fill reads into buf until it is full, src ends or fails. err is io.EOF at
+// the end of src.
+func (s *imageStream) fill(buf []byte, timer *time.Timer) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := s.src.Read(buf[n:])
+		n += m
+		if m > 0 && timer != nil {
+			timer.Reset(s.stall)
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func (s *imageStream) produce() {
+	defer s.wg.Done()
+	defer close(s.chunks)
+	var timer *time.Timer
+	if s.stall > 0 && s.onStall != nil {
+		timer = time.AfterFunc(s.stall, s.onStall)
+		defer timer.Stop()
+	}
+	for {
+		var buf []byte
+		select {
+		case buf = <-s.free:
+		case <-s.stop:
+			return
+		}
+		n, err := s.fill(buf[:cap(buf)], timer)
+		if s.n == 0 && (n > 0 || err == io.EOF) {
+			vs, ferr := checkFormat(s.format, buf[:n])
+			if ferr != nil {
+				s.err = &FormatError{Reason: ferr.Error()}
+				return
+			}
+			s.virtualSize = vs
+		}
+		if n > 0 {
+			_, _ = s.hash.Write(buf[:n])
+			s.n += int64(n)
+			select {
+			case s.chunks <- buf[:n]:
+			case <-s.stop:
+				return
+			}
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			s.err = err
+			return
+		}
+	}
+}
+
+// Read hands the next chunk to libvirt's stream.
+func (s *imageStream) Read(p []byte) (int, error) {
+	if len(s.cur) == 0 {
+		buf, ok := <-s.chunks
+		if !ok {
+			if s.err != nil {
+				return 0, s.err
+			}
+			s.report(true)
+			return 0, io.EOF
+		}
+		s.cur, s.curBuf = buf, buf[:cap(buf)]
+	}
+	n := copy(p, s.cur)
+	s.cur = s.cur[n:]
+	if len(s.cur) == 0 {
+		s.free <- s.curBuf // capacity chunkCount: never blocks
+		s.curBuf = nil
+	}
+	s.done += int64(n)
+	s.report(false)
+	return n, nil
+}
+
+func (s *imageStream) report(final bool) {
+	if s.progress == nil {
+		return
+	}
+	now := time.Now()
+	if final || s.done-s.lastDone >= progressMiB || now.Sub(s.lastTime) >= progressDur {
+		s.lastDone, s.lastTime = s.done, now
+		s.progress(s.done, s.total)
+	}
+}
+
+// close stops the producer and waits for it; the caller closes src first
+// if the producer may be blocked reading it.
+func (s *imageStream) close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	s.wg.Wait()
+}
+
+// sum returns the hex sha256 of the bytes read so far; call after close.
+func (s *imageStream) sum() string { return hex.EncodeToString(s.hash.Sum(nil)) }
+
+// errStalled is the cause of a download that sent no bytes for too long.
+var errStalled = errors.New("the image server sent no data for too long")
+
+// withStall returns a context cancelled with errStalled by the returned func.
+func withStall(ctx context.Context) (context.Context, func(), context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	return ctx, func() { cancel(errStalled) }, func() { cancel(nil) }
+}

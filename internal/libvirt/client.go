@@ -1,0 +1,478 @@
+package libvirt
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+)
+
+// StreamAbortGrace is how long Upload waits, after its context ended, for
+// libvirt to acknowledge the stream abort before the connection is closed.
+const StreamAbortGrace = 10 * time.Second
+
+// Conn is what a Client needs of a host connection; *host.Conn is one.
+type Conn interface {
+	// Do calls fn with the libvirt client, bounded by ctx.
+	Do(ctx context.Context, fn func(l *golibvirt.Libvirt) error) error
+	// Address names the host in errors and keys the per-pool lock.
+	Address() string
+}
+
+// Client makes typed storage calls on one host. It is cheap and safe for
+// concurrent use.
+type Client struct {
+	conn  Conn
+	grace time.Duration
+}
+
+// New returns a Client for the host c connects to.
+func New(c Conn) *Client { return &Client{conn: c, grace: StreamAbortGrace} }
+
+// Address names the Client's host.
+func (c *Client) Address() string { return c.conn.Address() }
+
+// Pool is a storage pool.
+type Pool struct {
+	Name string
+	UUID string
+	// Type is libvirt's pool type: dir, fs, logical, ...
+	Type string
+	// Path is the pool's target path on the host.
+	Path            string
+	Active          bool
+	CapacityBytes   uint64
+	AllocationBytes uint64
+	AvailableBytes  uint64
+}
+
+const (
+	errLookupPool   = "cannot look up storage pool %q on %s"
+	errListPools    = "cannot list storage pools on %s"
+	errListVols     = "cannot list volumes of pool %q on %s"
+	errLookupVol    = "cannot look up volume %q in pool %q on %s"
+	errCreateVol    = "cannot create volume %q in pool %q on %s"
+	errDeleteVol    = "cannot delete volume %q from pool %q on %s"
+	errUploadVol    = "cannot upload volume %q to pool %q on %s"
+	errDownloadVol  = "cannot download volume %q from pool %q on %s"
+	errRefreshPool  = "cannot refresh storage pool %q on %s"
+	errListDomains  = "cannot list domains on %s"
+	errPoolInactive = "storage pool %q on %s is not active"
+	errStreamAbort  = "stream ended because the context ended (%v)"
+	errParseDomain  = "cannot parse XML of domain %q"
+	errParsePoolXML = "cannot parse XML of storage pool %q"
+)
+
+func (c *Client) poolKey(pool string) string { return c.conn.Address() + "\x00" + pool }
+
+// poolInfo describes sp.
+func poolInfo(l *golibvirt.Libvirt, sp golibvirt.StoragePool) (Pool, error) {
+	state, capacity, alloc, avail, err := l.StoragePoolGetInfo(sp)
+	if err != nil {
+		return Pool{}, err
+	}
+	doc, err := l.StoragePoolGetXMLDesc(sp, 0)
+	if err != nil {
+		return Pool{}, err
+	}
+	var x libvirtxml.StoragePool
+	if err := x.Unmarshal(doc); err != nil {
+		return Pool{}, errors.Wrapf(err, errParsePoolXML, sp.Name)
+	}
+	p := Pool{
+		Name: sp.Name, UUID: x.UUID, Type: x.Type,
+		Active:        golibvirt.StoragePoolState(state) == golibvirt.StoragePoolRunning,
+		CapacityBytes: capacity, AllocationBytes: alloc, AvailableBytes: avail,
+	}
+	if x.Target != nil {
+		p.Path = x.Target.Path
+	}
+	return p, nil
+}
+
+// Pool looks up a storage pool. IsNotFound tells a missing pool.
+func (c *Client) Pool(ctx context.Context, name string) (Pool, error) {
+	var p Pool
+	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		sp, err := l.StoragePoolLookupByName(name)
+		if err != nil {
+			return err
+		}
+		p, err = poolInfo(l, sp)
+		return err
+	})
+	return p, errors.Wrapf(err, errLookupPool, name, c.conn.Address())
+}
+
+// ActivePools lists the host's active storage pools.
+func (c *Client) ActivePools(ctx context.Context) ([]Pool, error) {
+	var out []Pool
+	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		sps, _, err := l.ConnectListAllStoragePools(1, golibvirt.ConnectListStoragePoolsActive)
+		if err != nil {
+			return err
+		}
+		for _, sp := range sps {
+			p, err := poolInfo(l, sp)
+			if IsNotFound(err) {
+				continue // gone since listed
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out, errors.Wrapf(err, errListPools, c.conn.Address())
+}
+
+// activePool looks up pool and fails unless it is active.
+func (c *Client) activePool(l *golibvirt.Libvirt, pool string) (golibvirt.StoragePool, error) {
+	sp, err := l.StoragePoolLookupByName(pool)
+	if err != nil {
+		return sp, err
+	}
+	active, err := l.StoragePoolIsActive(sp)
+	if err != nil {
+		return sp, err
+	}
+	if active != 1 {
+		return sp, errors.Errorf(errPoolInactive, pool, c.conn.Address())
+	}
+	return sp, nil
+}
+
+func volume(l *golibvirt.Libvirt, pool string, sv golibvirt.StorageVol) (Volume, error) {
+	doc, err := l.StorageVolGetXMLDesc(sv, 0)
+	if err != nil {
+		return Volume{}, err
+	}
+	v, err := ParseVolumeXML(pool, doc)
+	if err != nil {
+		return Volume{}, err
+	}
+	if v.Key == "" {
+		v.Key = sv.Key
+	}
+	return v, nil
+}
+
+// Volumes lists the volumes of an active pool with their XML details.
+func (c *Client) Volumes(ctx context.Context, pool string) ([]Volume, error) {
+	var out []Volume
+	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		sp, err := c.activePool(l, pool)
+		if err != nil {
+			return err
+		}
+		svs, _, err := l.StoragePoolListAllVolumes(sp, 1, 0)
+		if err != nil {
+			return err
+		}
+		out = make([]Volume, 0, len(svs))
+		for _, sv := range svs {
+			v, err := volume(l, pool, sv)
+			if IsNotFound(err) {
+				continue // deleted since listed
+			}
+			if err != nil {
+				return errors.Wrapf(err, "volume %q", sv.Name)
+			}
+			out = append(out, v)
+		}
+		return nil
+	})
+	return out, errors.Wrapf(err, errListVols, pool, c.conn.Address())
+}
+
+// Volume looks up a volume. IsNotFound tells a missing volume (or pool).
+func (c *Client) Volume(ctx context.Context, pool, name string) (Volume, error) {
+	var v Volume
+	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		sp, err := l.StoragePoolLookupByName(pool)
+		if err != nil {
+			return err
+		}
+		sv, err := l.StorageVolLookupByName(sp, name)
+		if err != nil {
+			return err
+		}
+		v, err = volume(l, pool, sv)
+		return err
+	})
+	return v, errors.Wrapf(err, errLookupVol, name, pool, c.conn.Address())
+}
+
+// VolumePhysicalBytes returns the size of the volume's file on the host
+// (st_size of a file; a qcow2's file size, not its virtual size).
+func (c *Client) VolumePhysicalBytes(ctx context.Context, pool, name string) (uint64, error) {
+	var n uint64
+	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		sp, err := l.StoragePoolLookupByName(pool)
+		if err != nil {
+			return err
+		}
+		sv, err := l.StorageVolLookupByName(sp, name)
+		if err != nil {
+			return err
+		}
+		_, _, n, err = l.StorageVolGetInfoFlags(sv, uint32(golibvirt.StorageVolGetPhysical))
+		return err
+	})
+	return n, errors.Wrapf(err, errLookupVol, name, pool, c.conn.Address())
+}
+
+// withPoolLock runs fn holding the process-wide lock of the pool, retrying
+// while libvirt says the pool is busy.
+func (c *Client) withPoolLock(ctx context.Context, pool string, fn func(l *golibvirt.Libvirt) error) error {
+	unlock, err := lockPool(ctx, c.poolKey(pool))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return retryBusy(ctx, func() error { return c.conn.Do(ctx, fn) })
+}
+
+// CreateVolume creates a volume from libvirt volume XML (see VolumeXML) in
+// an active pool. IsExists tells that a volume of that name exists.
+func (c *Client) CreateVolume(ctx context.Context, pool, xml string) (Volume, error) {
+	name := "?"
+	var x libvirtxml.StorageVolume
+	if err := x.Unmarshal(xml); err == nil {
+		name = x.Name
+	}
+	var v Volume
+	err := c.withPoolLock(ctx, pool, func(l *golibvirt.Libvirt) error {
+		sp, err := c.activePool(l, pool)
+		if err != nil {
+			return err
+		}
+		sv, err := l.StorageVolCreateXML(sp, xml, 0)
+		if err != nil {
+			return err
+		}
+		v, err = volume(l, pool, sv)
+		return err
+	})
+	return v, errors.Wrapf(err, errCreateVol, name, pool, c.conn.Address())
+}
+
+// DeleteVolume deletes a volume. A volume (or pool) that is already gone
+// is success.
+func (c *Client) DeleteVolume(ctx context.Context, pool, name string) error {
+	err := c.withPoolLock(ctx, pool, func(l *golibvirt.Libvirt) error {
+		sp, err := l.StoragePoolLookupByName(pool)
+		if err != nil {
+			return err
+		}
+		sv, err := l.StorageVolLookupByName(sp, name)
+		if err != nil {
+			return err
+		}
+		return l.StorageVolDelete(sv, golibvirt.StorageVolDeleteNormal)
+	})
+	if IsNotFound(err) {
+		return nil
+	}
+	return errors.Wrapf(err, errDeleteVol, name, pool, c.conn.Address())
+}
+
+// RefreshPool makes libvirt rescan an active pool; for a dir pool it probes
+// every file's format and size again.
+func (c *Client) RefreshPool(ctx context.Context, pool string) error {
+	err := c.withPoolLock(ctx, pool, func(l *golibvirt.Libvirt) error {
+		sp, err := c.activePool(l, pool)
+		if err != nil {
+			return err
+		}
+		return l.StoragePoolRefresh(sp, 0)
+	})
+	return errors.Wrapf(err, errRefreshPool, pool, c.conn.Address())
+}
+
+// ctxReader fails reads once ctx has ended, which makes go-libvirt abort
+// the stream.
+type ctxReader struct {
+	ctx context.Context //nolint:containedctx // bounds one stream
+	r   io.Reader
+}
+
+func (r ctxReader) Read(p []byte) (int, error) {
+	if err := context.Cause(r.ctx); err != nil {
+		return 0, err
+	}
+	return r.r.Read(p)
+}
+
+// doStream runs a streaming call. When ctx ends the stream should end by
+// itself (the reader fails, go-libvirt aborts the stream); Do only closes
+// the connection if that takes longer than the grace period.
+func (c *Client) doStream(ctx context.Context, fn func(l *golibvirt.Libvirt) error) error {
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(c.grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-dctx.Done():
+		}
+	})
+	defer stop()
+	err := c.conn.Do(dctx, fn)
+	if err != nil && ctx.Err() != nil {
+		return errors.Wrapf(context.Cause(ctx), errStreamAbort, err)
+	}
+	return err
+}
+
+// Upload writes r into an existing volume from offset 0. length is the
+// number of bytes r yields, or 0 when unknown (then r is read to EOF). A
+// read error of r aborts the stream and is returned. When ctx ends the
+// stream is aborted and the error wraps ctx's cause.
+func (c *Client) Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error {
+	err := c.doStream(ctx, func(l *golibvirt.Libvirt) error {
+		sp, err := c.activePool(l, pool)
+		if err != nil {
+			return err
+		}
+		sv, err := l.StorageVolLookupByName(sp, name)
+		if err != nil {
+			return err
+		}
+		return l.StorageVolUpload(sv, ctxReader{ctx: ctx, r: r}, 0, length, 0)
+	})
+	return errors.Wrapf(err, errUploadVol, name, pool, c.conn.Address())
+}
+
+// Download writes length bytes of a volume, from offset, to w; length 0
+// means to the end. Use it for small volumes: when ctx ends during the
+// download the connection is closed.
+func (c *Client) Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error {
+	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		sp, err := l.StoragePoolLookupByName(pool)
+		if err != nil {
+			return err
+		}
+		sv, err := l.StorageVolLookupByName(sp, name)
+		if err != nil {
+			return err
+		}
+		return l.StorageVolDownload(sv, w, offset, length, 0)
+	})
+	return errors.Wrapf(err, errDownloadVol, name, pool, c.conn.Address())
+}
+
+// DomainDisk is a file or block device a domain's disk uses, directly or
+// as a backing file in the disk's chain as libvirt reports it.
+type DomainDisk struct {
+	Domain string
+	// Target is the guest device name, e.g. vda.
+	Target string
+	// Path is the file or block device. For a disk whose source is a
+	// storage volume, DomainDisks resolves the volume's path.
+	Path string
+	// Pool and Volume name a storage volume source.
+	Pool, Volume string
+	// Backing is true when Path is in the backing chain, not the disk's
+	// own source.
+	Backing bool
+}
+
+// DomainDisks lists the disks of every domain, running or defined.
+func (c *Client) DomainDisks(ctx context.Context) ([]DomainDisk, error) {
+	var out []DomainDisk
+	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
+		if err != nil {
+			return err
+		}
+		for _, d := range doms {
+			doc, err := l.DomainGetXMLDesc(d, 0)
+			if IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			disks, err := ParseDomainDisks(doc)
+			if err != nil {
+				return err
+			}
+			for i := range disks {
+				if disks[i].Path == "" && disks[i].Volume != "" {
+					disks[i].Path = volumePath(l, disks[i].Pool, disks[i].Volume)
+				}
+			}
+			out = append(out, disks...)
+		}
+		return nil
+	})
+	return out, errors.Wrapf(err, errListDomains, c.conn.Address())
+}
+
+// ParseDomainDisks returns the files and block devices a domain XML's disks
+// use, including their backing chains.
+func ParseDomainDisks(doc string) ([]DomainDisk, error) {
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(doc); err != nil {
+		return nil, errors.Wrapf(err, errParseDomain, "?")
+	}
+	if d.Devices == nil {
+		return nil, nil
+	}
+	var out []DomainDisk
+	for _, disk := range d.Devices.Disks {
+		target := ""
+		if disk.Target != nil {
+			target = disk.Target.Dev
+		}
+		if dd, ok := sourceDisk(disk.Source); ok {
+			dd.Domain, dd.Target = d.Name, target
+			out = append(out, dd)
+		}
+		for b := disk.BackingStore; b != nil; b = b.BackingStore {
+			if dd, ok := sourceDisk(b.Source); ok {
+				dd.Domain, dd.Target, dd.Backing = d.Name, target, true
+				out = append(out, dd)
+			}
+		}
+	}
+	return out, nil
+}
+
+func sourceDisk(s *libvirtxml.DomainDiskSource) (DomainDisk, bool) {
+	switch {
+	case s == nil:
+		return DomainDisk{}, false
+	case s.File != nil && s.File.File != "":
+		return DomainDisk{Path: s.File.File}, true
+	case s.Block != nil && s.Block.Dev != "":
+		return DomainDisk{Path: s.Block.Dev}, true
+	case s.Volume != nil && s.Volume.Volume != "":
+		return DomainDisk{Pool: s.Volume.Pool, Volume: s.Volume.Volume}, true
+	}
+	return DomainDisk{}, false
+}
+
+// volumePath returns the path of a volume, or "" if it cannot be found.
+func volumePath(l *golibvirt.Libvirt, pool, name string) string {
+	sp, err := l.StoragePoolLookupByName(pool)
+	if err != nil {
+		return ""
+	}
+	sv, err := l.StorageVolLookupByName(sp, name)
+	if err != nil {
+		return ""
+	}
+	p, err := l.StorageVolGetPath(sv)
+	if err != nil {
+		return ""
+	}
+	return p
+}
