@@ -134,7 +134,7 @@ const (
 	errUsers        = "cannot find the users of %s"
 	errCleanDebris  = "cannot remove debris of volume %s in pool %s"
 	errRemove       = "cannot remove volume %s from pool %s"
-	errStalledWrap  = "downloading %s stalled"
+	errStalledWrap  = "downloading %s stalled for %v; nothing was published"
 )
 
 // Lookup returns what pool holds for src. With a non-empty ownerUID it
@@ -321,6 +321,17 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 	}
 
 	// Debris (ours or nobody's) or nothing: start clean, keeping our claim.
+	// Even debris is never deleted under an overlay: whatever made it, a
+	// guest's disk depends on the file.
+	if img.HasData {
+		users, err := c.Users(ctx, img.Path)
+		if err != nil {
+			return Result{Image: img}, err
+		}
+		if len(users) > 0 {
+			return Result{Image: img}, &InUseError{Pool: pool, Volume: vol, Users: users}
+		}
+	}
 	var debris []string
 	if img.HasMarker {
 		debris = append(debris, MarkerName(vol))
@@ -420,22 +431,22 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner 
 
 	s := newImageStream(resp.Body, src.Format, total, c.stall, stalled, progress)
 	uerr := c.lv.Upload(pctx, pool, vol, s, uint64(total))
+	srcErr := s.failed()  // before closing the body makes the reader fail
 	_ = resp.Body.Close() // unblocks the reader goroutine
 	s.close()
 	res := Result{Bytes: s.n}
-	if s.err != nil {
-		var fe *FormatError
-		if errors.As(s.err, &fe) {
-			fe.URL = shownURL
-			return res, fe
-		}
+	var fe *FormatError
+	if errors.As(srcErr, &fe) {
+		fe.URL = shownURL
+		return res, fe
 	}
 	if uerr != nil {
 		if errors.Is(context.Cause(pctx), errStalled) && ctx.Err() == nil {
-			return res, errors.Wrapf(errors.Wrap(errStalled, uerr.Error()), errStalledWrap, shownURL)
+			return res, errors.Wrapf(errStalled, errStalledWrap, shownURL, c.stall)
 		}
-		if s.err != nil {
-			return res, errors.Wrapf(s.err, errUpload, shownURL, vol, pool)
+		if srcErr != nil && ctx.Err() == nil {
+			// The download failed; libvirt only saw the stream aborted.
+			return res, errors.Wrapf(srcErr, errUpload, shownURL, vol, pool)
 		}
 		return res, errors.Wrapf(uerr, errUpload, shownURL, vol, pool)
 	}

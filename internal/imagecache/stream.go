@@ -30,9 +30,9 @@ type ProgressFunc func(done, total int64)
 // it, and hands full chunks to Read, so that downloading and hashing overlap
 // with sending over SSH.
 type imageStream struct {
-	src    io.Reader
-	format Format
-	stall  time.Duration
+	src     io.Reader
+	format  Format
+	stall   time.Duration
 	onStall func()
 
 	chunks chan []byte
@@ -45,6 +45,9 @@ type imageStream struct {
 	n           int64
 	virtualSize int64
 	err         error
+
+	errMu     sync.Mutex
+	sourceErr error // err, readable at any time
 
 	// Consumer side.
 	cur      []byte
@@ -106,7 +109,7 @@ func (s *imageStream) produce() {
 		if s.n == 0 && (n > 0 || err == io.EOF) {
 			vs, ferr := checkFormat(s.format, buf[:n])
 			if ferr != nil {
-				s.err = &FormatError{Reason: ferr.Error()}
+				s.fail(&FormatError{Reason: ferr.Error()})
 				return
 			}
 			s.virtualSize = vs
@@ -124,10 +127,24 @@ func (s *imageStream) produce() {
 			return
 		}
 		if err != nil {
-			s.err = err
+			s.fail(err)
 			return
 		}
 	}
+}
+
+func (s *imageStream) fail(err error) {
+	s.err = err
+	s.errMu.Lock()
+	s.sourceErr = err
+	s.errMu.Unlock()
+}
+
+// failed returns the error that ended reading the source so far, if any.
+func (s *imageStream) failed() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.sourceErr
 }
 
 // Read hands the next chunk to libvirt's stream.

@@ -25,12 +25,20 @@ type Conn interface {
 // Client makes typed storage calls on one host. It is cheap and safe for
 // concurrent use.
 type Client struct {
-	conn  Conn
-	grace time.Duration
+	conn   Conn
+	grace  time.Duration
+	socket string
+	uri    string
 }
 
 // New returns a Client for the host c connects to.
-func New(c Conn) *Client { return &Client{conn: c, grace: StreamAbortGrace} }
+func New(c Conn, opts ...Option) *Client {
+	cl := &Client{conn: c, grace: StreamAbortGrace, socket: DefaultSocket, uri: DefaultURI}
+	for _, o := range opts {
+		o(cl)
+	}
+	return cl
+}
 
 // Address names the Client's host.
 func (c *Client) Address() string { return c.conn.Address() }
@@ -348,24 +356,6 @@ func (c *Client) Upload(ctx context.Context, pool, name string, r io.Reader, len
 		return l.StorageVolUpload(sv, ctxReader{ctx: ctx, r: r}, 0, length, 0)
 	})
 	return errors.Wrapf(err, errUploadVol, name, pool, c.conn.Address())
-}
-
-// Download writes length bytes of a volume, from offset, to w; length 0
-// means to the end. Use it for small volumes: when ctx ends during the
-// download the connection is closed.
-func (c *Client) Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error {
-	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
-		sp, err := l.StoragePoolLookupByName(pool)
-		if err != nil {
-			return err
-		}
-		sv, err := l.StorageVolLookupByName(sp, name)
-		if err != nil {
-			return err
-		}
-		return l.StorageVolDownload(sv, w, offset, length, 0)
-	})
-	return errors.Wrapf(err, errDownloadVol, name, pool, c.conn.Address())
 }
 
 // DomainDisk is a file or block device a domain's disk uses, directly or

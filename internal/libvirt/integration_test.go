@@ -30,7 +30,7 @@ func mustCreate(t *testing.T, ctx context.Context, c *Client, pool string, s Vol
 
 func TestIntegrationVolumeLifecycle(t *testing.T) {
 	tb := requireTestbed(t)
-	c := New(tb.conn)
+	c := tb.client()
 	ctx := ctxT(t, 2*time.Minute)
 
 	p, err := c.Pool(ctx, tb.pool)
@@ -121,7 +121,7 @@ func TestIntegrationVolumeLifecycle(t *testing.T) {
 // stream is aborted and the connection stays usable.
 func TestIntegrationUploadCancel(t *testing.T) {
 	tb := requireTestbed(t)
-	c := New(tb.conn)
+	c := tb.client()
 	ctx := ctxT(t, time.Minute)
 	name := uniqueName("cancel") + ".img"
 	mustCreate(t, ctx, c, tb.pool, VolumeSpec{Name: name, Format: FormatRaw})
@@ -155,7 +155,7 @@ func TestIntegrationUploadCancel(t *testing.T) {
 // retries keep libvirt's "asynchronous jobs running" from surfacing.
 func TestIntegrationBusyPool(t *testing.T) {
 	tb := requireTestbed(t)
-	c := New(tb.conn)
+	c := tb.client()
 	ctx := ctxT(t, 3*time.Minute)
 
 	up := uniqueName("busy-up") + ".img"

@@ -15,6 +15,9 @@ var poolLocks sync.Map // string -> chan struct{}
 // lockPool takes the lock of key, waiting no longer than ctx allows. It
 // returns the unlock func.
 func lockPool(ctx context.Context, key string) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	v, _ := poolLocks.LoadOrStore(key, make(chan struct{}, 1))
 	ch := v.(chan struct{}) //nolint:forcetypeassert // only chans are stored
 	select {

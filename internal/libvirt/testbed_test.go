@@ -90,3 +90,8 @@ func uniqueName(prefix string) string {
 	_, _ = rand.Read(b)
 	return "pkvm-test-" + strings.TrimSuffix(prefix, "-") + "-" + hex.EncodeToString(b)
 }
+
+// client returns a Client on the test bed's connection.
+func (tb *testbed) client() *Client {
+	return New(tb.conn, WithSocket(os.Getenv("TESTBED_LIBVIRT_SOCKET")))
+}

@@ -1,0 +1,560 @@
+package imagecache
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+)
+
+const testVirtualSize = 96 << 20
+
+var (
+	qcow2Once sync.Once
+	qcow2Data []byte
+	qcow2Err  error
+)
+
+// testQCOW2 returns a real qcow2 image made by qemu-img, 96 MiB virtual
+// size, with 27 MiB written (so that a throttled upload takes seconds).
+func testQCOW2(t testing.TB) []byte {
+	t.Helper()
+	qcow2Once.Do(func() {
+		dir, err := os.MkdirTemp("", "pkvm-imagecache-")
+		if err != nil {
+			qcow2Err = err
+			return
+		}
+		defer os.RemoveAll(dir) //nolint:errcheck // temp dir
+		p := filepath.Join(dir, "img.qcow2")
+		for _, cmd := range [][]string{
+			{"qemu-img", "create", "-q", "-f", "qcow2", p, strconv.Itoa(testVirtualSize)},
+			{"qemu-io", "-f", "qcow2", "-c", "write -P 0xab 0 3M", "-c", "write -P 0x5c 40M 24M", p},
+		} {
+			if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil { //nolint:gosec // test tools
+				qcow2Err = &exec.Error{Name: strings.Join(cmd, " ") + ": " + string(out), Err: err}
+				return
+			}
+		}
+		qcow2Data, qcow2Err = os.ReadFile(p) //nolint:gosec // temp file
+	})
+	if qcow2Err != nil {
+		t.Fatalf("making a qcow2 image: %v", qcow2Err)
+	}
+	return qcow2Data
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// imageServer serves one image on 127.0.0.1 (inside the test bed's
+// namespace) in several ways.
+type imageServer struct {
+	*httptest.Server
+	data     []byte
+	throttle atomic.Bool // /slow sends 256 KiB every 30 ms while set
+	quit     chan struct{}
+}
+
+func newImageServer(t testing.TB, data []byte) *imageServer {
+	t.Helper()
+	s := &imageServer{data: data, quit: make(chan struct{})}
+	s.throttle.Store(true)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/img", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "img", time.Time{}, bytes.NewReader(data))
+	})
+	mux.HandleFunc("/chunked", func(w http.ResponseWriter, _ *http.Request) {
+		for off := 0; off < len(data); off += 64 << 10 {
+			_, _ = w.Write(data[off:min(off+64<<10, len(data))])
+			w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+		}
+	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/img", http.StatusFound)
+	})
+	mux.HandleFunc("/cut", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		_, _ = w.Write(data[:len(data)/2])
+		w.(http.Flusher).Flush()    //nolint:forcetypeassert // net/http's writer
+		panic(http.ErrAbortHandler) // closes the connection mid-body
+	})
+	mux.HandleFunc("/stall", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		_, _ = w.Write(data[:len(data)/2])
+		w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+		select {
+		case <-r.Context().Done():
+		case <-s.quit:
+		}
+	})
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		for off := 0; off < len(data); off += 256 << 10 {
+			if _, err := w.Write(data[off:min(off+256<<10, len(data))]); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+			if s.throttle.Load() {
+				select {
+				case <-time.After(30 * time.Millisecond):
+				case <-r.Context().Done():
+					return
+				case <-s.quit:
+					return
+				}
+			}
+		}
+	})
+	s.Server = httptest.NewServer(mux)
+	t.Cleanup(func() {
+		close(s.quit)
+		s.Close()
+	})
+	return s
+}
+
+// env is one test's cache on the test bed, with owners whose volumes are
+// removed when the test ends.
+type env struct {
+	tb    *testbed
+	lv    *libvirt.Client
+	cache *Cache
+}
+
+func newEnv(t *testing.T, opts ...Option) *env {
+	tb := requireTestbed(t)
+	lv := libvirt.New(tb.conn, libvirt.WithSocket(tb.cfg.Socket))
+	return &env{tb: tb, lv: lv, cache: New(lv, &http.Client{}, opts...)}
+}
+
+func (e *env) owner(t *testing.T, name string) Owner {
+	o := Owner{UID: uniqueName("uid"), Namespace: "default", Name: name}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		imgs, err := e.cache.Owned(ctx, e.tb.pool, o.UID)
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		for _, img := range imgs {
+			if err := e.cache.Remove(ctx, e.tb.pool, img.Volume, o.UID); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	return o
+}
+
+// requireAbsent checks that nothing of src is left in the pool.
+func (e *env) requireAbsent(t *testing.T, ctx context.Context, src Source) {
+	t.Helper()
+	img, err := e.cache.Lookup(ctx, e.tb.pool, src, "")
+	if err != nil {
+		t.Fatalf("Lookup: %v", err)
+	}
+	if img.State != StateAbsent {
+		t.Fatalf("Lookup = %s (%s), data %v marker %v claim %v; want Absent", img.State, img.Reason, img.HasData, img.HasMarker, img.HasClaim)
+	}
+}
+
+func TestIntegrationPublishQCOW2(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := testQCOW2(t)
+	srv := newImageServer(t, data)
+	owner := e.owner(t, "debian")
+	src := Source{URL: srv.URL + "/img", SHA256: sha(data), Format: FormatQCOW2}
+
+	var mu sync.Mutex
+	var progress [][2]int64
+	res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, func(done, total int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		progress = append(progress, [2]int64{done, total})
+	})
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	img := res.Image
+	if img.State != StatePublished || res.Reused || res.Bytes != int64(len(data)) || res.Duration <= 0 {
+		t.Fatalf("Publish = %+v", res)
+	}
+	m := img.Marker
+	if m.SHA256 != sha(data) || !m.Verified || m.VirtualSizeBytes != testVirtualSize || m.SizeBytes != int64(len(data)) ||
+		m.Owner != owner || m.SourceURL != src.URL || m.Format != FormatQCOW2 || img.Volume != VolumeName(src) {
+		t.Errorf("marker = %+v", m)
+	}
+	if len(progress) == 0 || progress[len(progress)-1] != [2]int64{int64(len(data)), int64(len(data))} {
+		t.Errorf("progress = %v, want a last call with done == total", progress)
+	}
+	t.Logf("published %d bytes in %v (%.1f MB/s)", res.Bytes, res.Duration, res.BytesPerSecond()/1e6)
+
+	// libvirt sees a qcow2 of the right virtual size.
+	v, err := e.lv.Volume(ctx, e.tb.pool, img.Volume)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Format != "qcow2" || v.CapacityBytes != testVirtualSize || v.Path != img.Path {
+		t.Errorf("libvirt volume = %+v, want qcow2 of %d bytes", v, testVirtualSize)
+	}
+	var back bytes.Buffer
+	if err := e.lv.Download(ctx, e.tb.pool, img.Volume, &back, 0, 0); err != nil || !bytes.Equal(back.Bytes(), data) {
+		t.Errorf("volume content differs from the image (%v)", err)
+	}
+
+	// A restarted provider (new connection, new objects, no status) finds it.
+	fresh := New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), &http.Client{})
+	got, err := fresh.Lookup(ctx, e.tb.pool, src, owner.UID)
+	if err != nil {
+		t.Fatalf("Lookup after restart: %v", err)
+	}
+	if got.State != StatePublished || got.Owner != owner || got.Marker.SHA256 != sha(data) || got.Path != img.Path || got.HasClaim {
+		t.Errorf("Lookup after restart = %+v", got)
+	}
+	owned, err := fresh.Owned(ctx, e.tb.pool, owner.UID)
+	if err != nil || len(owned) != 1 || owned[0].Volume != img.Volume {
+		t.Errorf("Owned = %+v, %v", owned, err)
+	}
+
+	// Publishing again downloads nothing.
+	srv.Close()
+	again, err := fresh.Publish(ctx, e.tb.pool, src, owner, nil)
+	if err != nil || !again.Reused || again.Image.State != StatePublished {
+		t.Errorf("second Publish = %+v, %v; want Reused", again, err)
+	}
+
+	if err := fresh.Remove(ctx, e.tb.pool, img.Volume, owner.UID); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	e.requireAbsent(t, ctx, src)
+	if err := fresh.Remove(ctx, e.tb.pool, img.Volume, owner.UID); err != nil {
+		t.Errorf("Remove of a removed volume: %v", err)
+	}
+}
+
+func TestIntegrationPublishChunkedUnverified(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := testQCOW2(t)
+	srv := newImageServer(t, data)
+	owner := e.owner(t, "chunked")
+	src := Source{URL: srv.URL + "/chunked"}
+	res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, func(_, total int64) {
+		if total != 0 {
+			t.Errorf("progress total = %d, want 0 without Content-Length", total)
+		}
+	})
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	m := res.Image.Marker
+	if m.Verified || m.SHA256 != sha(data) || m.ExpectedSHA256 != "" || m.VirtualSizeBytes != testVirtualSize || m.SizeBytes != int64(len(data)) {
+		t.Errorf("marker = %+v", m)
+	}
+}
+
+func TestIntegrationPublishRedirectRaw(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := bytes.Repeat([]byte("raw disk image. "), 3<<16) // 3 MiB
+	srv := newImageServer(t, data)
+	owner := e.owner(t, "raw")
+	src := Source{URL: srv.URL + "/redirect", SHA256: sha(data), Format: FormatRaw}
+	res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	m := res.Image.Marker
+	if !strings.HasSuffix(res.Image.Volume, ".img") || m.FinalURL != srv.URL+"/img" || m.SourceURL != src.URL ||
+		m.VirtualSizeBytes != int64(len(data)) || !m.Verified || m.Format != FormatRaw {
+		t.Errorf("Publish = %+v, marker %+v", res.Image, m)
+	}
+	v, err := e.lv.Volume(ctx, e.tb.pool, res.Image.Volume)
+	if err != nil || v.Format != "raw" || v.CapacityBytes != uint64(len(data)) {
+		t.Errorf("libvirt volume = %+v, %v", v, err)
+	}
+}
+
+func TestIntegrationDigestMismatch(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := testQCOW2(t)
+	srv := newImageServer(t, data)
+	owner := e.owner(t, "mismatch")
+	wrong := strings.Repeat("0", 64)
+	src := Source{URL: srv.URL + "/img", SHA256: wrong}
+	_, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil)
+	if !IsDigestMismatch(err) || !IsTerminal(err) {
+		t.Fatalf("Publish error = %v, want a digest mismatch", err)
+	}
+	if !strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), sha(data)) {
+		t.Errorf("error does not name both digests: %v", err)
+	}
+	e.requireAbsent(t, ctx, src)
+}
+
+func TestIntegrationFormatMismatch(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	srv := newImageServer(t, bytes.Repeat([]byte{1}, 2<<20))
+	src := Source{URL: srv.URL + "/img", Format: FormatQCOW2}
+	_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "notqcow2"), nil)
+	if !IsFormatError(err) || !IsTerminal(err) {
+		t.Fatalf("Publish error = %v, want a FormatError", err)
+	}
+	e.requireAbsent(t, ctx, src)
+}
+
+// TestIntegrationInterrupted cuts uploads in several ways: nothing is ever
+// published, and a retry publishes cleanly.
+func TestIntegrationInterrupted(t *testing.T) {
+	e := newEnv(t, WithStallTimeout(time.Second))
+	data := testQCOW2(t)
+	srv := newImageServer(t, data)
+
+	publishOK := func(t *testing.T, ctx context.Context, src Source, owner Owner) {
+		t.Helper()
+		srv.throttle.Store(false)
+		defer srv.throttle.Store(true)
+		res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil)
+		if err != nil || res.Image.State != StatePublished || res.Image.Marker.SHA256 != sha(data) {
+			t.Fatalf("retry Publish = %+v, %v", res, err)
+		}
+	}
+
+	t.Run("ServerClosesMidBody", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		owner := e.owner(t, "cut")
+		src := Source{URL: srv.URL + "/cut", SHA256: sha(data)}
+		_, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil)
+		if err == nil || IsTerminal(err) {
+			t.Fatalf("Publish error = %v, want a retryable error", err)
+		}
+		t.Logf("cut: %v", err)
+		e.requireAbsent(t, ctx, src)
+	})
+
+	t.Run("ServerStalls", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		src := Source{URL: srv.URL + "/stall", SHA256: sha(data)}
+		_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "stall"), nil)
+		if err == nil || !strings.Contains(err.Error(), "stalled") {
+			t.Fatalf("Publish error = %v, want a stall", err)
+		}
+		t.Logf("stall: %v", err)
+		e.requireAbsent(t, ctx, src)
+	})
+
+	t.Run("ContextCancelled", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		owner := e.owner(t, "cancel")
+		src := Source{URL: srv.URL + "/slow", SHA256: sha(data)}
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		_, err := e.cache.Publish(pctx, e.tb.pool, src, owner, func(done, total int64) {
+			if done < total {
+				cancel()
+			}
+		})
+		if err == nil || pctx.Err() == nil || !strings.Contains(err.Error(), "cannot stream the image") {
+			t.Fatalf("Publish = %v, want an upload error after cancel", err)
+		}
+		t.Logf("cancelled: %v", err)
+		e.requireAbsent(t, ctx, src)
+		publishOK(t, ctx, src, owner)
+	})
+
+	t.Run("SSHSessionsKilled", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		owner := e.owner(t, "killssh")
+		src := Source{URL: srv.URL + "/slow?kill", SHA256: sha(data)}
+		var once sync.Once
+		killed := make(chan struct{})
+		_, err := e.cache.Publish(ctx, e.tb.pool, src, owner, func(done, total int64) {
+			if done < total {
+				once.Do(func() {
+					go func() {
+						defer close(killed)
+						if out, err := exec.Command(e.tb.ctl, "kill-ssh-sessions").CombinedOutput(); err != nil { //nolint:gosec // test bed
+							t.Errorf("kill-ssh-sessions: %v\n%s", err, out)
+						}
+					}()
+				})
+			}
+		})
+		<-killed
+		if err == nil || !strings.Contains(err.Error(), "cannot stream the image") {
+			t.Fatalf("Publish = %v, want an upload error after the SSH connection was cut", err)
+		}
+		t.Logf("ssh cut: %v", err)
+		img, lerr := e.cache.Lookup(ctx, e.tb.pool, src, owner.UID)
+		if lerr != nil {
+			t.Fatalf("Lookup: %v", lerr)
+		}
+		if img.State == StatePublished {
+			t.Fatal("an interrupted upload is published")
+		}
+		t.Logf("after the cut: %s %s", img.State, img.Reason)
+		publishOK(t, ctx, src, owner)
+	})
+
+	t.Run("DebrisOfAKilledProvider", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		owner := e.owner(t, "killed")
+		other := e.owner(t, "other")
+		src := Source{URL: srv.URL + "/img?debris", SHA256: sha(data)}
+		vol := VolumeName(src)
+		// What a provider killed mid-upload leaves: its claim and half the data.
+		claim := Record{State: RecordClaimed, Volume: vol, Owner: owner, SourceURL: src.URL, Format: FormatQCOW2, Time: time.Now()}
+		if err := e.cache.writeRecord(ctx, e.tb.pool, ClaimName(vol), claim); err != nil {
+			t.Fatal(err)
+		}
+		x, _ := libvirt.VolumeXML(libvirt.VolumeSpec{Name: vol, Format: libvirt.FormatRaw})
+		if _, err := e.lv.CreateVolume(ctx, e.tb.pool, x); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.lv.Upload(ctx, e.tb.pool, vol, bytes.NewReader(data[:len(data)/2]), 0); err != nil {
+			t.Fatal(err)
+		}
+		img, err := e.cache.Lookup(ctx, e.tb.pool, src, owner.UID)
+		if err != nil || img.State != StateDebris || img.Owner != owner {
+			t.Fatalf("Lookup = %+v, %v; want Debris owned by %v", img, err, owner)
+		}
+		if _, err := e.cache.Publish(ctx, e.tb.pool, src, other, nil); !IsOwnedByOther(err) || !strings.Contains(err.Error(), owner.UID) {
+			t.Fatalf("Publish by another owner = %v, want IsOwnedByOther naming %s", err, owner.UID)
+		}
+		publishOK(t, ctx, src, owner)
+	})
+
+	t.Run("TornMarker", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		owner := e.owner(t, "torn")
+		src := Source{URL: srv.URL + "/img?torn", SHA256: sha(data)}
+		vol := VolumeName(src)
+		// Complete data, but the marker volume was created and never written.
+		for _, n := range []string{vol, MarkerName(vol)} {
+			x, _ := libvirt.VolumeXML(libvirt.VolumeSpec{Name: n, Format: libvirt.FormatRaw, CapacityBytes: 300})
+			if _, err := e.lv.CreateVolume(ctx, e.tb.pool, x); err != nil {
+				t.Fatal(err)
+			}
+		}
+		img, err := e.cache.Lookup(ctx, e.tb.pool, src, owner.UID)
+		if err != nil || img.State != StateDebris || img.Owner.UID != "" {
+			t.Fatalf("Lookup = %+v, %v; want ownerless Debris", img, err)
+		}
+		publishOK(t, ctx, src, owner)
+	})
+}
+
+func TestIntegrationOwnedByOther(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := testQCOW2(t)
+	srv := newImageServer(t, data)
+	a, b := e.owner(t, "a"), e.owner(t, "b")
+	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+	res, err := e.cache.Publish(ctx, e.tb.pool, src, a, nil)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if _, err := e.cache.Publish(ctx, e.tb.pool, src, b, nil); !IsOwnedByOther(err) || !strings.Contains(err.Error(), a.String()) {
+		t.Errorf("Publish by b = %v, want IsOwnedByOther naming %s", err, a)
+	}
+	if img, err := e.cache.Lookup(ctx, e.tb.pool, src, b.UID); !IsOwnedByOther(err) || img.Owner != a {
+		t.Errorf("Lookup by b = %+v, %v", img, err)
+	}
+	if err := e.cache.Remove(ctx, e.tb.pool, res.Image.Volume, b.UID); !IsOwnedByOther(err) {
+		t.Errorf("Remove by b = %v, want IsOwnedByOther", err)
+	}
+	if img, err := e.cache.Lookup(ctx, e.tb.pool, src, a.UID); err != nil || img.State != StatePublished {
+		t.Errorf("a's image after b's attempts: %+v, %v", img, err)
+	}
+}
+
+func TestIntegrationRemoveInUse(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := testQCOW2(t)
+	srv := newImageServer(t, data)
+	owner := e.owner(t, "inuse")
+	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+	res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	base := res.Image
+
+	overlay := uniqueName("overlay") + ".qcow2"
+	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: overlay, Format: libvirt.FormatQCOW2, CapacityBytes: uint64(base.Marker.VirtualSizeBytes), BackingStorePath: base.Path, BackingStoreFormat: libvirt.FormatQCOW2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.lv.CreateVolume(ctx, e.tb.pool, x); err != nil {
+		t.Fatalf("creating the overlay: %v", err)
+	}
+	t.Cleanup(func() { _ = e.lv.DeleteVolume(context.Background(), e.tb.pool, overlay) })
+
+	err = e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID)
+	var iu *InUseError
+	if !IsInUse(err) || !errorsAs(err, &iu) || len(iu.Users) != 1 || iu.Users[0] != "volume "+e.tb.pool+"/"+overlay {
+		t.Fatalf("Remove = %v, want InUseError naming volume %s/%s", err, e.tb.pool, overlay)
+	}
+	if img, err := e.cache.Lookup(ctx, e.tb.pool, src, owner.UID); err != nil || img.State != StatePublished {
+		t.Fatalf("base after a refused Remove: %+v, %v", img, err)
+	}
+
+	// A domain whose disk is the base itself is a user too.
+	dom := uniqueName("dom")
+	domXML := `<domain type='qemu'><name>` + dom + `</name><memory unit='MiB'>64</memory><os><type arch='x86_64'>hvm</type></os>` +
+		`<devices><disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='` + base.Path + `'/><target dev='vda' bus='virtio'/><readonly/></disk></devices></domain>`
+	if err := e.tb.conn.Do(ctx, func(l *golibvirt.Libvirt) error { _, err := l.DomainDefineXML(domXML); return err }); err != nil {
+		t.Fatalf("defining a domain: %v", err)
+	}
+	undefine := func() error {
+		return e.tb.conn.Do(context.Background(), func(l *golibvirt.Libvirt) error {
+			d, err := l.DomainLookupByName(dom)
+			if err != nil {
+				return err
+			}
+			return l.DomainUndefine(d)
+		})
+	}
+	t.Cleanup(func() { _ = undefine() })
+	users, err := e.cache.Users(ctx, base.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"domain " + dom + " disk vda", "volume " + e.tb.pool + "/" + overlay}
+	if strings.Join(users, "|") != strings.Join(want, "|") {
+		t.Errorf("Users = %q, want %q", users, want)
+	}
+	if err := undefine(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := e.lv.DeleteVolume(ctx, e.tb.pool, overlay); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID); err != nil {
+		t.Fatalf("Remove after the overlay is gone: %v", err)
+	}
+	e.requireAbsent(t, ctx, src)
+}

@@ -1,0 +1,318 @@
+package imagecache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestVolumeName(t *testing.T) {
+	a := Source{URL: "https://cloud.example/img.qcow2", SHA256: strings.Repeat("a", 64)}
+	n := VolumeName(a)
+	if !strings.HasPrefix(n, "pkvm-base-") || !strings.HasSuffix(n, ".qcow2") || len(n) != len("pkvm-base-")+24+len(".qcow2") {
+		t.Errorf("VolumeName = %q", n)
+	}
+	if !IsVolumeName(n) {
+		t.Errorf("IsVolumeName(%q) = false", n)
+	}
+	// Pinned: the name of an image on a host must not change across versions.
+	h := sha256.Sum256([]byte(a.URL + "\n" + a.SHA256))
+	if want := "pkvm-base-" + hex.EncodeToString(h[:])[:24] + ".qcow2"; n != want {
+		t.Errorf("VolumeName = %q, want %q", n, want)
+	}
+	if VolumeName(a) != n {
+		t.Error("VolumeName is not deterministic")
+	}
+	b := a
+	b.SHA256 = strings.Repeat("b", 64)
+	c := a
+	c.URL += "?v=2"
+	d := a
+	d.Format = FormatRaw
+	for _, o := range []Source{b, c} {
+		if VolumeName(o) == n {
+			t.Errorf("VolumeName(%+v) = VolumeName(%+v)", o, a)
+		}
+	}
+	if got := VolumeName(d); !strings.HasSuffix(got, ".img") || !IsVolumeName(got) {
+		t.Errorf("raw VolumeName = %q", got)
+	}
+	if MarkerName(n) != n+".meta" || ClaimName(n) != n+".claim" {
+		t.Error("marker/claim names")
+	}
+	for _, name := range []string{n + ".meta", n + ".claim", n} {
+		if got, ok := dataVolumeOf(name); !ok || got != n {
+			t.Errorf("dataVolumeOf(%q) = %q, %v", name, got, ok)
+		}
+	}
+	for _, bad := range []string{"pkvm-base-xyz.qcow2", "vm-root.qcow2", "pkvm-base-" + strings.Repeat("A", 24) + ".img", "pkvm-base-" + strings.Repeat("a", 24) + ".iso"} {
+		if IsVolumeName(bad) {
+			t.Errorf("IsVolumeName(%q) = true", bad)
+		}
+	}
+}
+
+func TestSourceValidate(t *testing.T) {
+	good := []Source{
+		{URL: "https://x.example/a.img"},
+		{URL: "http://127.0.0.1:8080/a", SHA256: strings.Repeat("0", 64), Format: FormatRaw},
+	}
+	for _, s := range good {
+		if err := s.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v", s, err)
+		}
+	}
+	bad := []Source{
+		{URL: "ftp://x/a"}, {URL: "/a"}, {URL: "https://"},
+		{URL: "https://x/a", SHA256: strings.Repeat("A", 64)},
+		{URL: "https://x/a", SHA256: "abc"},
+		{URL: "https://x/a", Format: "vmdk"},
+	}
+	for _, s := range bad {
+		if err := s.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", s)
+		}
+	}
+	if err := (Source{URL: "ftp://user:secret@x/a"}).Validate(); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("error leaks the password: %v", err)
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	r := Record{
+		State: RecordPublished, Volume: "pkvm-base-0.qcow2",
+		Owner:     Owner{UID: "5f0c", Namespace: "default", Name: "debian"},
+		SourceURL: "https://x/a", FinalURL: "https://mirror/a",
+		ExpectedSHA256: strings.Repeat("c", 64), SHA256: strings.Repeat("c", 64), Verified: true,
+		Format: FormatQCOW2, SizeBytes: 123, VirtualSizeBytes: 1 << 30,
+		Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+	b, err := r.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"schema":1,"kind":"provider-kvm.crossplane.io/BaseImageVolume","state":"published","volume":"pkvm-base-0.qcow2",` +
+		`"owner":{"uid":"5f0c","namespace":"default","name":"debian"},"sourceURL":"https://x/a","finalURL":"https://mirror/a",` +
+		`"expectedSHA256":"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc","sha256":"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",` +
+		`"verified":true,"format":"qcow2","sizeBytes":123,"virtualSizeBytes":1073741824,"time":"2026-01-02T03:04:05Z"}` + "\n"
+	if diff := cmp.Diff(want, string(b)); diff != "" {
+		t.Errorf("Encode: -want +got:\n%s", diff)
+	}
+	got, err := DecodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Schema, r.Kind = SchemaVersion, recordKind
+	if diff := cmp.Diff(r, got); diff != "" {
+		t.Errorf("DecodeRecord: -want +got:\n%s", diff)
+	}
+
+	// Every strict prefix of a record (a torn upload) is unusable.
+	for i := 0; i < len(b)-1; i++ {
+		if _, err := DecodeRecord(b[:i]); err == nil {
+			t.Fatalf("DecodeRecord of a %d-byte prefix succeeded", i)
+		}
+	}
+	// So is a prefix padded with the zeros of a sparse volume.
+	if _, err := DecodeRecord(append(b[:len(b)/2:len(b)/2], make([]byte, len(b))...)); err == nil {
+		t.Error("DecodeRecord of a zero-padded prefix succeeded")
+	}
+
+	bad := map[string]func(*Record){
+		"NoOwner":   func(r *Record) { r.Owner.UID = "" },
+		"BadState":  func(r *Record) { r.State = "done" },
+		"NoDigest":  func(r *Record) { r.SHA256 = "" },
+		"NoSize":    func(r *Record) { r.SizeBytes = 0 },
+		"BadFormat": func(r *Record) { r.Format = "vmdk" },
+		"NewSchema": func(r *Record) { r.Schema = 2 },
+		"OtherKind": func(r *Record) { r.Kind = "x" },
+	}
+	for name, mut := range bad {
+		t.Run(name, func(t *testing.T) {
+			c := got
+			mut(&c)
+			cb, _ := jsonRaw(c)
+			d, err := DecodeRecord(cb)
+			if err == nil {
+				t.Fatal("DecodeRecord succeeded")
+			}
+			if name != "NoOwner" && d.Owner.UID != "5f0c" {
+				t.Errorf("owner of an unusable record not kept: %+v", d.Owner)
+			}
+		})
+	}
+	claim := Record{State: RecordClaimed, Volume: "v", Owner: Owner{UID: "u"}}
+	cb, _ := claim.Encode()
+	if _, err := DecodeRecord(cb); err != nil {
+		t.Errorf("claim record: %v", err)
+	}
+}
+
+func qcow2Head(version uint32, backing, size uint64, crypt uint32) []byte {
+	b := make([]byte, 512)
+	copy(b, qcow2Magic)
+	binary.BigEndian.PutUint32(b[4:], version)
+	binary.BigEndian.PutUint64(b[8:], backing)
+	binary.BigEndian.PutUint64(b[24:], size)
+	binary.BigEndian.PutUint32(b[32:], crypt)
+	return b
+}
+
+func TestCheckFormat(t *testing.T) {
+	cases := map[string]struct {
+		f       Format
+		head    []byte
+		virtual int64
+		errHas  string
+	}{
+		"QCOW2v3":      {f: FormatQCOW2, head: qcow2Head(3, 0, 10<<30, 0), virtual: 10 << 30},
+		"QCOW2v2":      {f: FormatQCOW2, head: qcow2Head(2, 0, 1<<20, 0), virtual: 1 << 20},
+		"DefaultQCOW2": {f: "", head: qcow2Head(3, 0, 5, 0), virtual: 5},
+		"Raw":          {f: FormatRaw, head: []byte("\x00\x00\x00 plain disk")},
+		"RawEmpty":     {f: FormatRaw, head: nil},
+		"NotQCOW2":     {f: FormatQCOW2, head: []byte("<html>not found</html>"), errHas: "declared qcow2 but is not"},
+		"Short":        {f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0)[:40], errHas: "ends within"},
+		"Backing":      {f: FormatQCOW2, head: qcow2Head(3, 512, 5, 0), errHas: "backing file"},
+		"Encrypted":    {f: FormatQCOW2, head: qcow2Head(3, 0, 5, 1), errHas: "encrypted"},
+		"Version4":     {f: FormatQCOW2, head: qcow2Head(4, 0, 5, 0), errHas: "version 4"},
+		"ZeroSize":     {f: FormatQCOW2, head: qcow2Head(3, 0, 0, 0), errHas: "virtual size"},
+		"RawIsQCOW2":   {f: FormatRaw, head: qcow2Head(3, 0, 5, 0), errHas: "set format: qcow2"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			v, err := checkFormat(tc.f, tc.head)
+			if tc.errHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+					t.Fatalf("checkFormat error = %v, want one containing %q", err, tc.errHas)
+				}
+				return
+			}
+			if err != nil || v != tc.virtual {
+				t.Fatalf("checkFormat = %d, %v; want %d", v, err, tc.virtual)
+			}
+		})
+	}
+}
+
+func TestDigestMismatchMessage(t *testing.T) {
+	want, got := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	err := error(&DigestMismatchError{URL: "https://x/a.qcow2", Want: want, Got: got})
+	msg := err.Error()
+	for _, s := range []string{want, got, "https://x/a.qcow2", "nothing was published", "source.sha256"} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("message lacks %q: %s", s, msg)
+		}
+	}
+	if !IsDigestMismatch(wrapErr(err)) || !IsTerminal(wrapErr(err)) {
+		t.Error("IsDigestMismatch/IsTerminal through wrapping")
+	}
+	if IsDigestMismatch(&FormatError{}) {
+		t.Error("IsDigestMismatch(FormatError)")
+	}
+	if !IsOwnedByOther(wrapErr(&OwnedByOtherError{Owner: Owner{UID: "u"}})) || !IsInUse(wrapErr(&InUseError{Users: []string{"x"}})) {
+		t.Error("IsOwnedByOther/IsInUse through wrapping")
+	}
+	o := (&OwnedByOtherError{Pool: "p", Volume: "v", Owner: Owner{UID: "u1", Namespace: "ns", Name: "img"}}).Error()
+	if !strings.Contains(o, "ns/img (UID u1)") {
+		t.Errorf("OwnedByOtherError does not name the owner: %s", o)
+	}
+	if u := (&InUseError{Pool: "p", Volume: "v", Users: []string{"volume p/a", "domain d disk vda"}}).Error(); !strings.Contains(u, "volume p/a, domain d disk vda") {
+		t.Errorf("InUseError does not name its users: %s", u)
+	}
+	for code, terminal := range map[int]bool{404: true, 403: true, 408: false, 429: false, 500: false, 503: false} {
+		if got := IsTerminal(&HTTPStatusError{StatusCode: code}); got != terminal {
+			t.Errorf("IsTerminal(HTTP %d) = %v", code, got)
+		}
+	}
+}
+
+func TestImageStream(t *testing.T) {
+	img := append(qcow2Head(3, 0, 7<<30, 0), bytes.Repeat([]byte("0123456789abcdef"), 300000)...) // ~4.8 MB
+	sum := sha256.Sum256(img)
+	var calls [][2]int64
+	s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatQCOW2, int64(len(img)), 0, nil,
+		func(done, total int64) { calls = append(calls, [2]int64{done, total}) })
+	var out bytes.Buffer
+	// Read like go-libvirt: into a 4 MiB buffer, one packet per Read.
+	buf := make([]byte, 4<<20)
+	packets := 0
+	for {
+		n, err := s.Read(buf)
+		if n > 0 {
+			packets++
+			if n > chunkSize {
+				t.Fatalf("Read returned %d bytes, more than a chunk", n)
+			}
+			out.Write(buf[:n])
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.close()
+	if !bytes.Equal(out.Bytes(), img) {
+		t.Fatal("stream altered the bytes")
+	}
+	if s.sum() != hex.EncodeToString(sum[:]) || s.n != int64(len(img)) || s.virtualSize != 7<<30 {
+		t.Errorf("sum %s n %d virtual %d", s.sum(), s.n, s.virtualSize)
+	}
+	if want := (len(img) + chunkSize - 1) / chunkSize; packets != want {
+		t.Errorf("%d packets, want %d full chunks", packets, want)
+	}
+	if len(calls) == 0 || calls[len(calls)-1] != [2]int64{int64(len(img)), int64(len(img))} {
+		t.Errorf("progress calls %v: want a final one with done == total", calls)
+	}
+
+	// A source that fails mid-way fails the stream with its error.
+	s = newImageStream(io.MultiReader(bytes.NewReader(img[:3<<20]), iotest.ErrReader(io.ErrUnexpectedEOF)), FormatQCOW2, 0, 0, nil, nil)
+	_, err := io.Copy(io.Discard, struct{ io.Reader }{s})
+	s.close()
+	if err != io.ErrUnexpectedEOF {
+		t.Errorf("stream error = %v, want the source's", err)
+	}
+
+	// A non-qcow2 image declared qcow2 fails at the first chunk.
+	s = newImageStream(strings.NewReader("<html>oops</html>"), FormatQCOW2, 0, 0, nil, nil)
+	_, err = io.Copy(io.Discard, struct{ io.Reader }{s})
+	s.close()
+	if !IsFormatError(err) {
+		t.Errorf("stream error = %v, want a FormatError", err)
+	}
+
+	// Stopping the stream early ends the producer.
+	pr, pw := io.Pipe()
+	go func() { _, _ = pw.Write(img) }()
+	s = newImageStream(pr, FormatQCOW2, 0, 0, nil, nil)
+	if _, err := s.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	_ = pr.Close()
+	s.close()
+
+	// A stalled source triggers the stall callback.
+	pr, pw = io.Pipe()
+	defer pw.Close()
+	stalled := make(chan struct{})
+	s = newImageStream(pr, FormatRaw, 0, 50*time.Millisecond, func() { close(stalled); _ = pw.CloseWithError(errStalled) }, nil)
+	select {
+	case <-stalled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stall not detected")
+	}
+	_, err = io.Copy(io.Discard, struct{ io.Reader }{s})
+	s.close()
+	if err != errStalled {
+		t.Errorf("stalled stream error = %v", err)
+	}
+}
