@@ -33,6 +33,15 @@
 //     context ends. A lock alone cannot see other processes; retries alone
 //     would make the provider's own calls collide and back off needlessly.
 //
+// # Downloads
+//
+// libvirt 9.0 sometimes sends a download's data before the reply to the
+// StorageVolDownload call (about one download in 30 on the test bed).
+// go-libvirt then drops data and can deadlock its receive loop, hanging every
+// caller of the shared connection. Download therefore opens a libvirt
+// connection of its own (through the Conn's DialContext, to the socket set
+// with WithSocket) and puts stream packets back behind their call's reply.
+//
 // # Uploads and cancellation
 //
 // go-libvirt's calls take no context; Conn.Do closes the whole (shared) connection
