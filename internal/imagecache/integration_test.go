@@ -150,14 +150,20 @@ func (e *env) owner(t *testing.T, name string) Owner {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		imgs, err := e.cache.Owned(ctx, e.tb.pool, o.UID)
+		err := retryTransient(ctx, t, func() error {
+			imgs, err := e.cache.Owned(ctx, e.tb.pool, o.UID)
+			if err != nil {
+				return err
+			}
+			for _, img := range imgs {
+				if err := e.cache.Remove(ctx, e.tb.pool, img.Volume, o.UID); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
-		}
-		for _, img := range imgs {
-			if err := e.cache.Remove(ctx, e.tb.pool, img.Volume, o.UID); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
 		}
 	})
 	return o
@@ -405,7 +411,12 @@ func TestIntegrationInterrupted(t *testing.T) {
 			t.Fatalf("Publish = %v, want an upload error after the SSH connection was cut", err)
 		}
 		t.Logf("ssh cut: %v", err)
-		img, lerr := e.cache.Lookup(ctx, e.tb.pool, src, owner.UID)
+		var img Image
+		lerr := retryTransient(ctx, t, func() error {
+			var err error
+			img, err = e.cache.Lookup(ctx, e.tb.pool, src, owner.UID)
+			return err
+		})
 		if lerr != nil {
 			t.Fatalf("Lookup: %v", lerr)
 		}
@@ -557,4 +568,20 @@ func TestIntegrationRemoveInUse(t *testing.T) {
 		t.Fatalf("Remove after the overlay is gone: %v", err)
 	}
 	e.requireAbsent(t, ctx, src)
+}
+
+// retryTransient retries fn for a while: right after ctl.sh
+// kill-ssh-sessions (this test's or a concurrently running package's)
+// reconnecting can fail for a few seconds, and a controller would requeue.
+func retryTransient(ctx context.Context, t *testing.T, fn func() error) error {
+	t.Helper()
+	var err error
+	for try := 0; try < 10; try++ {
+		if err = fn(); err == nil || ctx.Err() != nil {
+			return err
+		}
+		t.Logf("retrying after: %v", err)
+		time.Sleep(2 * time.Second)
+	}
+	return err
 }

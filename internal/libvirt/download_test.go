@@ -3,6 +3,7 @@ package libvirt
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -20,10 +21,21 @@ func TestIntegrationDownloadRepeatedly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 200; i++ {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var b bytes.Buffer
-		err := c.Download(cctx, tb.pool, name, &b, 0, 64<<10)
-		cancel()
+		var err error
+		// Another test's fault injection (ctl.sh kill-ssh-sessions) may cut
+		// the connection: retry that, but never a hang or wrong bytes.
+		for try := 0; try < 5; try++ {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			b.Reset()
+			err = c.Download(cctx, tb.pool, name, &b, 0, 64<<10)
+			cancel()
+			if err == nil || errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			t.Logf("download #%d: %v; retrying", i, err)
+			time.Sleep(time.Second)
+		}
 		if err != nil || !bytes.Equal(b.Bytes(), data) {
 			t.Fatalf("download #%d: %d bytes, %v", i, b.Len(), err)
 		}
