@@ -113,6 +113,11 @@ type BaseImageObservation struct {
 	// +optional
 	SourceURL string `json:"sourceURL,omitempty"`
 
+	// RetainedVolumes are volumes of earlier sources of this BaseImage, as pool/volume, kept
+	// because overlays still back onto them. Each is removed once nothing uses it.
+	// +optional
+	RetainedVolumes []string `json:"retainedVolumes,omitempty"`
+
 	// Upload is the progress of an upload in flight.
 	// +optional
 	Upload *UploadProgress `json:"upload,omitempty"`

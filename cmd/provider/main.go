@@ -29,6 +29,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis"
 	kvmcontroller "github.com/provider-kvm/provider-kvm/internal/controller"
+	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/version"
 )
 
@@ -102,6 +103,10 @@ func main() {
 	}
 
 	kingpin.FatalIfError(customresourcesgate.Setup(mgr, o), "Cannot set up the CRD gate controller")
-	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o), "Cannot set up provider-kvm controllers")
+	// One SSH connection per host, shared by every managed resource on it.
+	pool := host.NewPool(host.WithLogger(log.WithValues("component", "host-pool")))
+	defer pool.Close() //nolint:errcheck // Best effort at exit.
+
+	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, pool), "Cannot set up provider-kvm controllers")
 	kingpin.FatalIfError(mgr.Start(ctrl.SetupSignalHandler()), "Cannot start controller manager")
 }

@@ -6,18 +6,21 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 
+	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
+	"github.com/provider-kvm/provider-kvm/internal/host"
 )
 
 // SetupGated adds all controllers to mgr. Controllers of managed resources register with
-// o.Gate and start only once their CRDs are installed and established (safe-start).
-func SetupGated(mgr ctrl.Manager, o controller.Options) error {
-	for _, setup := range []func(ctrl.Manager, controller.Options) error{
-		config.Setup,
-	} {
-		if err := setup(mgr, o); err != nil {
-			return err
-		}
+// o.Gate and start only once their CRDs are installed and established (safe-start). They
+// share pool: one SSH connection per host.
+func SetupGated(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
+	if err := config.Setup(mgr, o); err != nil {
+		return err
 	}
-	return nil
+	if err := baseimage.Setup(mgr, o, pool); err != nil {
+		return err
+	}
+	return seedvolume.Setup(mgr, o, pool)
 }

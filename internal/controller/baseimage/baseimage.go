@@ -1,0 +1,296 @@
+// Package baseimage reconciles BaseImages: a cloud image streamed from its URL into a storage
+// volume on the host, verified by sha256 and published atomically (internal/imagecache).
+//
+// Uploads run in the background (see jobs.go) and report progress in status. A digest
+// mismatch is terminal for that source: the resource shows it until the spec changes. An
+// edited source publishes a new volume; older volumes are kept while overlays use them and
+// removed as soon as they do not. Deleting a BaseImage is held while overlays use it.
+package baseimage
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/controller/connection"
+	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
+	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+)
+
+// uploadTimeout bounds one background upload.
+const uploadTimeout = 6 * time.Hour
+
+const (
+	errLookup      = "cannot look up the image on the host"
+	errOwned       = "cannot list this BaseImage's volumes on the host"
+	errRemove      = "cannot remove volume %s"
+	errHeld        = "deletion is held: the image is still in use by %s; delete those KVMDomains (or their overlays) first"
+	errFailed      = "cannot publish the image"
+	errOtherOwner  = "the host already caches this image for another BaseImage: refer to that BaseImage instead, or change source"
+	reasonUpload   = event.Reason("ImagePublished")
+	reasonUnverify = event.Reason("ImageUnverified")
+	reasonFailed   = event.Reason("ImagePublishFailed")
+	reasonRetained = event.Reason("OldImageRetained")
+)
+
+// Setup adds the BaseImage controller; it starts once the BaseImage CRD is established.
+func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
+	js := newJobs()
+	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.BaseImage]{
+		GroupKind: v1alpha1.BaseImageGroupKind,
+		GVK:       v1alpha1.BaseImageGroupVersionKind,
+		Object:    &v1alpha1.BaseImage{},
+		List:      &v1alpha1.BaseImageList{},
+		ExternalName: func(mg resource.Managed) string {
+			return imagecache.VolumeName(source(mg.(*v1alpha1.BaseImage)))
+		},
+		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.BaseImage] {
+			return &connector{
+				jobs: js, recorder: rec, http: &http.Client{},
+				conn: &connection.Connector{
+					Kube: mgr.GetClient(), Usage: resource.NewProviderConfigUsageTracker(mgr.GetClient(), &v1alpha1.ProviderConfigUsage{}),
+					Pool: pool, Recorder: rec,
+				},
+			}
+		},
+	})
+}
+
+// Cache is what the external client needs of the image cache; *imagecache.Cache is one.
+type Cache interface {
+	Lookup(ctx context.Context, pool string, src imagecache.Source, ownerUID string) (imagecache.Image, error)
+	Publish(ctx context.Context, pool string, src imagecache.Source, owner imagecache.Owner, progress imagecache.ProgressFunc) (imagecache.Result, error)
+	Remove(ctx context.Context, pool, volume, ownerUID string) error
+	Owned(ctx context.Context, pool, ownerUID string) ([]imagecache.Image, error)
+}
+
+type connector struct {
+	jobs     *jobs
+	recorder event.Recorder
+	http     *http.Client
+	conn     *connection.Connector
+}
+
+func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (managed.TypedExternalClient[*v1alpha1.BaseImage], error) {
+	s, err := c.conn.Connect(ctx, cr)
+	if err != nil {
+		return nil, err
+	}
+	return &external{
+		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults,
+		cache: imagecache.New(libvirt.New(s), c.http),
+	}, nil
+}
+
+type external struct {
+	jobs     *jobs
+	recorder event.Recorder
+	defaults v1alpha1.HostDefaults
+	cache    Cache
+}
+
+func source(cr *v1alpha1.BaseImage) imagecache.Source {
+	p := cr.Spec.ForProvider
+	return imagecache.Source{URL: p.Source.URL, SHA256: p.Source.SHA256, Format: imagecache.Format(p.Format)}
+}
+
+func owner(cr *v1alpha1.BaseImage) imagecache.Owner {
+	return imagecache.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName()}
+}
+
+func (e *external) pool(cr *v1alpha1.BaseImage) string {
+	if cr.Spec.ForProvider.Pool != "" {
+		return cr.Spec.ForProvider.Pool
+	}
+	return e.defaults.Pool
+}
+
+func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalObservation, error) {
+	pool, src, uid := e.pool(cr), source(cr), string(cr.GetUID())
+	if meta.WasDeleted(cr) {
+		owned, err := e.cache.Owned(ctx, pool, uid)
+		if err != nil {
+			return managed.ExternalObservation{}, errors.Wrap(err, errOwned)
+		}
+		return managed.ExternalObservation{ResourceExists: len(owned) > 0 || len(cr.Status.AtProvider.RetainedVolumes) > 0}, nil
+	}
+
+	img, err := e.cache.Lookup(ctx, pool, src, uid)
+	if imagecache.IsOwnedByOther(err) {
+		return managed.ExternalObservation{}, errors.Wrap(err, errOtherOwner)
+	}
+	if err != nil {
+		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+	}
+
+	j := e.jobs.get(cr.GetUID())
+	if j != nil && j.src != src {
+		j = nil // a job for an earlier source; Create replaces it
+	}
+
+	if img.State == imagecache.StatePublished {
+		if j != nil && j.finished() {
+			e.announce(cr, j)
+			e.jobs.forget(cr.GetUID())
+		}
+		e.published(cr, pool, img)
+		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: len(cr.Status.AtProvider.RetainedVolumes) == 0}, nil
+	}
+
+	// Absent or debris: an upload is running, has failed, or must (re)start.
+	switch {
+	case j == nil:
+		return managed.ExternalObservation{ResourceExists: false}, nil
+	case !j.finished():
+		cr.Status.AtProvider.Upload = &v1alpha1.UploadProgress{BytesDone: j.bytesDone.Load(), BytesTotal: j.bytesTotal.Load()}
+		cr.SetConditions(xpv2.Creating())
+		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, nil
+	case j.err != nil && imagecache.IsTerminal(j.err):
+		// Retrying the same source cannot help: show why until the spec changes.
+		cr.Status.AtProvider.Upload = nil
+		cr.SetConditions(xpv2.Unavailable().WithMessage(j.err.Error()))
+		return managed.ExternalObservation{}, errors.Wrap(j.err, errFailed)
+	default:
+		// A failed upload worth retrying, or a volume that went away: start again.
+		if j.err != nil {
+			e.recorder.Event(cr, event.Warning(reasonFailed, errors.Wrap(j.err, errFailed)))
+		}
+		e.jobs.forget(cr.GetUID())
+		return managed.ExternalObservation{ResourceExists: false}, nil
+	}
+}
+
+// published records a published image in status and remembers the volume it replaces.
+func (e *external) published(cr *v1alpha1.BaseImage, pool string, img imagecache.Image) {
+	at := &cr.Status.AtProvider
+	if at.VolumeName != "" && (at.VolumeName != img.Volume || at.Pool != pool) {
+		old := at.Pool + "/" + at.VolumeName
+		if !contains(at.RetainedVolumes, old) {
+			at.RetainedVolumes = append(at.RetainedVolumes, old)
+		}
+	}
+	at.VolumeName, at.Pool, at.Path, at.Upload = img.Volume, pool, img.Path, nil
+	if r := img.Marker; r != nil {
+		at.SHA256, at.Verified, at.SizeBytes, at.VirtualSizeBytes = r.SHA256, r.Verified, r.SizeBytes, r.VirtualSizeBytes
+		at.SourceURL = r.SourceURL
+		if r.FinalURL != "" {
+			at.SourceURL = r.FinalURL
+		}
+	}
+	cr.SetConditions(xpv2.Available())
+}
+
+// announce emits the events of a finished upload: throughput, and a warning when the image
+// was not verified against an expected digest.
+func (e *external) announce(cr *v1alpha1.BaseImage, j *job) {
+	if j.err != nil || j.result.Reused {
+		return
+	}
+	r := j.result
+	e.recorder.Event(cr, event.Normal(reasonUpload, fmt.Sprintf("Published %s: %d bytes in %s (%.1f MiB/s), sha256 %s",
+		r.Image.Volume, r.Bytes, r.Duration.Round(time.Millisecond), r.BytesPerSecond()/(1<<20), sha(r.Image))))
+	if cr.Spec.ForProvider.Source.SHA256 == "" {
+		e.recorder.Event(cr, event.Warning(reasonUnverify, errors.Errorf(
+			"the image is unverified: spec.forProvider.source.sha256 is not set; pin it to %s if that is the image you expect", sha(r.Image))))
+	}
+}
+
+func sha(img imagecache.Image) string {
+	if img.Marker != nil {
+		return img.Marker.SHA256
+	}
+	return ""
+}
+
+func (e *external) Create(_ context.Context, cr *v1alpha1.BaseImage) (managed.ExternalCreation, error) {
+	pool, src, own := e.pool(cr), source(cr), owner(cr)
+	// The external name follows the volume of the current source.
+	meta.SetExternalName(cr, imagecache.VolumeName(src))
+	e.jobs.start(cr.GetUID(), src, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) {
+		return e.cache.Publish(ctx, pool, src, own, progress)
+	})
+	cr.SetConditions(xpv2.Creating())
+	return managed.ExternalCreation{}, nil
+}
+
+// Update removes volumes of earlier sources that no overlay uses any more.
+func (e *external) Update(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalUpdate, error) {
+	at := &cr.Status.AtProvider
+	var keep []string
+	for _, pv := range at.RetainedVolumes {
+		pool, vol, _ := strings.Cut(pv, "/")
+		err := e.cache.Remove(ctx, pool, vol, string(cr.GetUID()))
+		switch {
+		case imagecache.IsInUse(err):
+			keep = append(keep, pv)
+		case err != nil && !imagecache.IsOwnedByOther(err):
+			return managed.ExternalUpdate{}, errors.Wrapf(err, errRemove, pv)
+		}
+	}
+	if len(keep) > 0 {
+		e.recorder.Event(cr, event.Normal(reasonRetained, "Keeping "+strings.Join(keep, ", ")+": overlays still use it; it is removed once they are gone"))
+	}
+	at.RetainedVolumes = keep
+	return managed.ExternalUpdate{}, nil
+}
+
+// Delete removes every volume of this BaseImage; it is held while any is in use.
+func (e *external) Delete(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalDelete, error) {
+	cr.SetConditions(xpv2.Deleting())
+	e.jobs.forget(cr.GetUID())
+	uid := string(cr.GetUID())
+	targets := map[string]bool{}
+	for _, pv := range cr.Status.AtProvider.RetainedVolumes {
+		targets[pv] = true
+	}
+	pool := e.pool(cr)
+	owned, err := e.cache.Owned(ctx, pool, uid)
+	if err != nil {
+		return managed.ExternalDelete{}, errors.Wrap(err, errOwned)
+	}
+	for _, img := range owned {
+		targets[pool+"/"+img.Volume] = true
+	}
+	var users []string
+	for pv := range targets {
+		p, vol, _ := strings.Cut(pv, "/")
+		err := e.cache.Remove(ctx, p, vol, uid)
+		var inUse *imagecache.InUseError
+		switch {
+		case errors.As(err, &inUse):
+			users = append(users, inUse.Users...)
+		case err != nil && !imagecache.IsOwnedByOther(err):
+			return managed.ExternalDelete{}, errors.Wrapf(err, errRemove, pv)
+		}
+	}
+	if len(users) > 0 {
+		return managed.ExternalDelete{}, errors.Errorf(errHeld, strings.Join(users, ", "))
+	}
+	return managed.ExternalDelete{}, nil
+}
+
+func (e *external) Disconnect(context.Context) error { return nil }
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

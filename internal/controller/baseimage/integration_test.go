@@ -1,0 +1,236 @@
+package baseimage
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/testbed"
+	"github.com/provider-kvm/provider-kvm/internal/testenv"
+)
+
+// qcow2 makes a real qcow2 image of virtual size MiB with some data written, and returns its
+// bytes and sha256.
+func qcow2(t *testing.T, dir, name string, sizeMiB int) ([]byte, string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	raw := p + ".raw"
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(i*7 + len(name))
+	}
+	if err := os.WriteFile(raw, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, p).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img convert: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("qemu-img", "resize", p, fmt.Sprintf("%dM", sizeMiB)).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img resize: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return b, hex.EncodeToString(sum[:])
+}
+
+// TestBaseImageOnRealHost runs the BaseImage controller against a real API server and the
+// real libvirt test bed, with images served from a loopback HTTP server.
+func TestBaseImageOnRealHost(t *testing.T) {
+	tb := testbed.Require(t)
+	env := testenv.Start(t)
+	env.HostConfig(t, tb, "default")
+	pool := host.NewPool()
+	t.Cleanup(func() { _ = pool.Close() })
+	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, pool) })
+
+	dir := t.TempDir()
+	imgA, shaA := qcow2(t, dir, "a.qcow2", 64)
+	imgB, shaB := qcow2(t, dir, "b.qcow2", 96)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/a.qcow2":
+			_, _ = w.Write(imgA)
+		case "/b.qcow2":
+			_, _ = w.Write(imgB)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+
+	ctx := context.Background()
+	kube := env.Client
+	env.Namespace(t, "images")
+	lv := libvirtClient(t, tb, pool)
+
+	get := func(bi *v1alpha1.BaseImage) error { return kube.Get(ctx, client.ObjectKeyFromObject(bi), bi) }
+	readyWith := func(bi *v1alpha1.BaseImage, sha string) func() error {
+		return func() error {
+			if err := get(bi); err != nil {
+				return err
+			}
+			r, s := bi.GetCondition(xpv2.TypeReady), bi.GetCondition(xpv2.TypeSynced)
+			if r.Status != corev1.ConditionTrue || bi.Status.AtProvider.SHA256 != sha {
+				return fmt.Errorf("Ready=%s (%s) sha=%s; Synced=%s: %s", r.Status, r.Reason, bi.Status.AtProvider.SHA256, s.Status, s.Message)
+			}
+			return nil
+		}
+	}
+
+	t.Run("DigestMismatchIsTerminalAndPublishesNothing", func(t *testing.T) {
+		wrong := strings.Repeat("0", 64)
+		bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "images", Name: "wrong"},
+			Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: srv.URL + "/a.qcow2", SHA256: wrong}}}}
+		if err := kube.Create(ctx, bi); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "mismatch reported", func() error {
+			if err := get(bi); err != nil {
+				return err
+			}
+			s := bi.GetCondition(xpv2.TypeSynced)
+			if s.Status != corev1.ConditionFalse || !strings.Contains(s.Message, wrong) || !strings.Contains(s.Message, shaA) {
+				return fmt.Errorf("Synced=%s: %q does not name both digests", s.Status, s.Message)
+			}
+			return nil
+		})
+		if bi.GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue {
+			t.Error("a BaseImage with a digest mismatch is Ready")
+		}
+		vols, err := lv.Volumes(ctx, tb.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vols {
+			if v.Name == externalName(bi) {
+				t.Errorf("volume %s exists after a digest mismatch", v.Name)
+			}
+		}
+		if err := kube.Delete(ctx, bi); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "images", Name: "debian"},
+		Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: srv.URL + "/a.qcow2", SHA256: shaA}}}}
+	if err := kube.Create(ctx, bi); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "BaseImage A Ready", readyWith(bi, shaA))
+	at := bi.Status.AtProvider
+	if !at.Verified || at.VirtualSizeBytes != 64<<20 || at.SizeBytes != int64(len(imgA)) || at.Path == "" {
+		t.Errorf("status after publish: %+v", at)
+	}
+	oldPath, oldVol := at.Path, at.VolumeName
+
+	// An overlay backs onto A, as a KVMDomain's root disk would.
+	overlayXML, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: "bi-test-overlay.qcow2", Format: "qcow2", CapacityBytes: 64 << 20, BackingStorePath: oldPath, BackingStoreFormat: "qcow2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lv.CreateVolume(ctx, tb.Pool, overlayXML); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lv.DeleteVolume(context.Background(), tb.Pool, "bi-test-overlay.qcow2") })
+
+	// Editing the source publishes B and keeps A while the overlay uses it.
+	if err := get(bi); err != nil {
+		t.Fatal(err)
+	}
+	bi.Spec.ForProvider.Source = v1alpha1.ImageSource{URL: srv.URL + "/b.qcow2", SHA256: shaB}
+	if err := kube.Update(ctx, bi); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "BaseImage B Ready", readyWith(bi, shaB))
+	if bi.Status.AtProvider.VolumeName == oldVol {
+		t.Fatalf("the edited source reuses the old volume %s", oldVol)
+	}
+	testenv.Eventually(t, time.Minute, "old volume retained", func() error {
+		if err := get(bi); err != nil {
+			return err
+		}
+		if len(bi.Status.AtProvider.RetainedVolumes) != 1 {
+			return fmt.Errorf("retained %v", bi.Status.AtProvider.RetainedVolumes)
+		}
+		return nil
+	})
+	if _, err := os.Stat(oldPath); err != nil {
+		t.Fatalf("old base removed while an overlay uses it: %v", err)
+	}
+
+	// Deleting the BaseImage is held while the overlay uses a volume of it.
+	if err := kube.Delete(ctx, bi); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "deletion held", func() error {
+		if err := get(bi); err != nil {
+			return err
+		}
+		if s := bi.GetCondition(xpv2.TypeSynced); !strings.Contains(s.Message, "held") || !strings.Contains(s.Message, "bi-test-overlay.qcow2") {
+			return fmt.Errorf("Synced=%s: %q", s.Status, s.Message)
+		}
+		return nil
+	})
+	if _, err := os.Stat(oldPath); err != nil {
+		t.Fatalf("base removed while an overlay uses it: %v", err)
+	}
+
+	// Once the overlay is gone, everything goes.
+	if err := lv.DeleteVolume(ctx, tb.Pool, "bi-test-overlay.qcow2"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "BaseImage deleted", func() error {
+		if err := get(bi); !kerrors.IsNotFound(err) {
+			return fmt.Errorf("still present (%v): Synced %q, retained %v", err, bi.GetCondition(xpv2.TypeSynced).Message, bi.Status.AtProvider.RetainedVolumes)
+		}
+		return nil
+	})
+	vols, err := lv.Volumes(ctx, tb.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vols {
+		if strings.HasPrefix(v.Name, "pkvm-base-") && (strings.Contains(v.Name, oldVol) || v.Name == bi.Status.AtProvider.VolumeName) {
+			t.Errorf("volume %s left behind", v.Name)
+		}
+	}
+}
+
+func externalName(bi *v1alpha1.BaseImage) string { return bi.GetAnnotations()["crossplane.io/external-name"] }
+
+func libvirtClient(t *testing.T, tb *testbed.Env, pool *host.Pool) *libvirt.Client {
+	t.Helper()
+	c, err := pool.Get(context.Background(), host.Config{
+		Host: tb.SSHHost, Port: tb.SSHPort, User: tb.SSHUser,
+		PrivateKey: tb.Read(t, tb.KeyFile), KnownHosts: tb.Read(t, tb.KnownHostsFile), Socket: tb.LibvirtSocket,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return libvirt.New(c)
+}

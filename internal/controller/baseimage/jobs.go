@@ -1,0 +1,85 @@
+package baseimage
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+)
+
+// A job publishes one image in the background. Uploads of cloud images take minutes, far
+// longer than a reconcile may block a worker, so Create starts a job and returns; Observe
+// reports its progress. A provider killed mid-upload loses its jobs: the next Observe finds
+// debris (never a usable volume) and no job, and Create starts again.
+type job struct {
+	src    imagecache.Source
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	bytesDone, bytesTotal atomic.Int64
+
+	// Set before done is closed.
+	result imagecache.Result
+	err    error
+}
+
+func (j *job) finished() bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// jobs tracks the running or last finished job of each BaseImage, by UID.
+type jobs struct {
+	mu sync.Mutex
+	m  map[types.UID]*job
+}
+
+func newJobs() *jobs { return &jobs{m: map[types.UID]*job{}} }
+
+func (js *jobs) get(uid types.UID) *job {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return js.m[uid]
+}
+
+// start runs publish for uid unless a job for the same source is already running or
+// finished. A job for another source (the spec was edited) is cancelled first.
+func (js *jobs) start(uid types.UID, src imagecache.Source, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) *job {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if j, ok := js.m[uid]; ok {
+		if j.src == src && !j.finished() {
+			return j
+		}
+		j.cancel()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
+	j := &job{src: src, cancel: cancel, done: make(chan struct{})}
+	js.m[uid] = j
+	go func() {
+		defer cancel()
+		j.result, j.err = publish(ctx, func(done, total int64) {
+			j.bytesDone.Store(done)
+			j.bytesTotal.Store(total)
+		})
+		close(j.done)
+	}()
+	return j
+}
+
+// forget cancels and drops uid's job.
+func (js *jobs) forget(uid types.UID) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if j, ok := js.m[uid]; ok {
+		j.cancel()
+		delete(js.m, uid)
+	}
+}

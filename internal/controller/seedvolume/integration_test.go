@@ -1,0 +1,188 @@
+package seedvolume
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kdomanski/iso9660"
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/testbed"
+	"github.com/provider-kvm/provider-kvm/internal/testenv"
+)
+
+// A user-data that a YAML round trip would damage: 1.10 would become 1.1, the comment would go.
+const userData = "#cloud-config\n# this comment must survive\nversion: 1.10\nruncmd:\n  - [echo, \"quoted: yes\"]\n"
+
+// readISO returns the files at the root of an ISO image, by the names a guest sees.
+func readISO(t *testing.T, iso []byte) map[string][]byte {
+	t.Helper()
+	img, err := iso9660.OpenImage(bytes.NewReader(iso))
+	if err != nil {
+		t.Fatalf("open ISO: %v", err)
+	}
+	root, err := img.RootDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids, err := root.GetChildren()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, k := range kids {
+		b, err := io.ReadAll(k.Reader())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[k.Name()] = b
+	}
+	return out
+}
+
+// TestSeedVolumeOnRealHost runs the SeedVolume controller against a real API server and the
+// real libvirt test bed, through real SSH.
+func TestSeedVolumeOnRealHost(t *testing.T) {
+	tb := testbed.Require(t)
+	env := testenv.Start(t)
+	env.HostConfig(t, tb, "default")
+	pool := host.NewPool()
+	t.Cleanup(func() { _ = pool.Close() })
+	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, pool) })
+
+	ctx := context.Background()
+	kube := env.Client
+	env.Namespace(t, "seeds")
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "seeds", Name: "ud"}, Data: map[string][]byte{"user-data": []byte(userData)}}
+	if err := kube.Create(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	sv := &v1alpha1.SeedVolume{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "seeds", Name: "proxy-1"},
+		Spec: v1alpha1.SeedVolumeSpec{ForProvider: v1alpha1.SeedVolumeParameters{
+			Hostname:          "proxy-1",
+			UserDataSecretRef: &v1alpha1.LocalSecretKeySelector{Name: "ud", Key: "user-data"},
+		}},
+	}
+	if err := kube.Create(ctx, sv); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(sv)
+
+	ready := func(wantSHA string) func() error {
+		return func() error {
+			if err := kube.Get(ctx, key, sv); err != nil {
+				return err
+			}
+			if c := sv.GetCondition(xpv2.TypeReady); c.Status != corev1.ConditionTrue {
+				s := sv.GetCondition(xpv2.TypeSynced)
+				return errorf("Ready=%s (%s); Synced=%s: %s", c.Status, c.Reason, s.Status, s.Message)
+			}
+			if wantSHA != "" && sv.Status.AtProvider.ISOSHA256 == wantSHA {
+				return errorf("status still shows the old digest %s", wantSHA)
+			}
+			return nil
+		}
+	}
+	testenv.Eventually(t, 2*time.Minute, "SeedVolume Ready", ready(""))
+
+	// The volume on the host holds exactly the bytes we asked for.
+	lv := libvirtClient(t, tb, pool)
+	hostISO := func() []byte {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := lv.Download(ctx, sv.Status.AtProvider.Pool, sv.Status.AtProvider.VolumeName, &buf, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	files := readISO(t, hostISO())
+	if got := string(files["user-data"]); got != userData {
+		t.Errorf("user-data on the host differs:\n got %q\nwant %q", got, userData)
+	}
+	if md := string(files["meta-data"]); !strings.Contains(md, sv.Status.AtProvider.InstanceID) || !strings.Contains(md, "proxy-1") {
+		t.Errorf("meta-data lacks instance-id %s or hostname: %q", sv.Status.AtProvider.InstanceID, md)
+	}
+	if vd := string(files["vendor-data"]); !strings.HasPrefix(vd, "#!/bin/sh") {
+		t.Errorf("vendor-data is not the guest agent script: %.40q", vd)
+	}
+
+	// Truncated out of band: the next poll repairs it.
+	oldSHA := sv.Status.AtProvider.ISOSHA256
+	if err := os.Truncate(sv.Status.AtProvider.Path, 4096); err != nil {
+		t.Fatalf("truncate seed volume: %v", err)
+	}
+	testenv.Eventually(t, time.Minute, "truncated seed repaired", func() error {
+		if got := hostISO(); len(got) != int(sv.Status.AtProvider.SizeBytes) || string(readISO(t, got)["user-data"]) != userData {
+			return errorf("volume still damaged (%d bytes)", len(got))
+		}
+		return nil
+	})
+
+	// An edit of the user-data reaches the volume.
+	sec.Data["user-data"] = []byte(userData + "# edited\n")
+	if err := kube.Update(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "edited user-data uploaded", ready(oldSHA))
+	if got := string(readISO(t, hostISO())["user-data"]); got != userData+"# edited\n" {
+		t.Errorf("edited user-data on the host: %q", got)
+	}
+
+	// Secrets never reach events or conditions.
+	evs := &corev1.EventList{}
+	if err := kube.List(ctx, evs, client.InNamespace("seeds")); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if strings.Contains(e.Message, "must survive") {
+			t.Errorf("event leaks user-data: %s", e.Message)
+		}
+	}
+
+	// Delete: the volume goes, then the resource.
+	path := sv.Status.AtProvider.Path
+	if err := kube.Delete(ctx, sv); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "SeedVolume deleted", func() error {
+		if err := kube.Get(ctx, key, sv); !kerrors.IsNotFound(err) {
+			return errorf("still present (%v)", err)
+		}
+		return nil
+	})
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("seed volume file %s still exists after delete (%v)", path, err)
+	}
+}
+
+func libvirtClient(t *testing.T, tb *testbed.Env, pool *host.Pool) *libvirt.Client {
+	t.Helper()
+	c, err := pool.Get(context.Background(), host.Config{
+		Host: tb.SSHHost, Port: tb.SSHPort, User: tb.SSHUser,
+		PrivateKey: tb.Read(t, tb.KeyFile), KnownHosts: tb.Read(t, tb.KnownHostsFile), Socket: tb.LibvirtSocket,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return libvirt.New(c)
+}
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

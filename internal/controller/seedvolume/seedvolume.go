@@ -1,0 +1,297 @@
+// Package seedvolume reconciles SeedVolumes: it builds the NoCloud seed ISO in-process
+// (internal/seed) and keeps a raw storage volume on the host byte-identical to it.
+//
+// The volume is rebuilt and re-uploaded whenever its content digest differs from what the
+// spec (and the Secrets it names) produce, so a truncated or cancelled upload, or an edit of
+// user-data, is repaired or applied by the next reconcile. user-data is never logged, put in
+// an event or written to status: only its digest is.
+package seedvolume
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/controller/connection"
+	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
+	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/names"
+	"github.com/provider-kvm/provider-kvm/internal/seed"
+)
+
+const (
+	errGetSecret    = "cannot read %s from Secret %s/%s"
+	errNoSecretKey  = "cannot read %s: Secret %s/%s has no key %q"
+	errBuild        = "cannot build the seed ISO"
+	errLookup       = "cannot look up the seed volume"
+	errDownload     = "cannot read the seed volume back to compare it"
+	errCreate       = "cannot create the seed volume"
+	errUpload       = "cannot upload the seed volume"
+	errResize       = "cannot resize the seed volume"
+	errDelete       = "cannot delete the seed volume"
+	errUsers        = "cannot check which domains use the seed volume"
+	errInUse        = "seed volume %s is attached to domain %s: delete or change that KVMDomain first"
+	errUnexpectedMG = "managed resource is not a SeedVolume"
+
+	reasonUploaded event.Reason = "SeedUploaded"
+)
+
+// Setup adds the SeedVolume controller; it starts once the SeedVolume CRD is established.
+func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
+	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.SeedVolume]{
+		GroupKind: v1alpha1.SeedVolumeGroupKind,
+		GVK:       v1alpha1.SeedVolumeGroupVersionKind,
+		Object:    &v1alpha1.SeedVolume{},
+		List:      &v1alpha1.SeedVolumeList{},
+		ExternalName: func(mg resource.Managed) string {
+			return names.SeedVolume(mg.GetNamespace(), mg.GetName(), string(mg.GetUID()))
+		},
+		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.SeedVolume] {
+			return &connector{
+				kube:     mgr.GetClient(),
+				recorder: rec,
+				conn: &connection.Connector{
+					Kube: mgr.GetClient(), Usage: resource.NewProviderConfigUsageTracker(mgr.GetClient(), &v1alpha1.ProviderConfigUsage{}),
+					Pool: pool, Recorder: rec,
+				},
+			}
+		},
+	})
+}
+
+// Storage is what the external client needs of a host's storage; *libvirt.Client is one.
+type Storage interface {
+	Volume(ctx context.Context, pool, name string) (libvirt.Volume, error)
+	CreateVolume(ctx context.Context, pool, xml string) (libvirt.Volume, error)
+	Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error
+	Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error
+	DeleteVolume(ctx context.Context, pool, name string) error
+	DomainDisks(ctx context.Context) ([]libvirt.DomainDisk, error)
+}
+
+type connector struct {
+	kube     client.Client
+	recorder event.Recorder
+	conn     *connection.Connector
+}
+
+func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.TypedExternalClient[*v1alpha1.SeedVolume], error) {
+	s, err := c.conn.Connect(ctx, cr)
+	if err != nil {
+		return nil, err
+	}
+	return &external{
+		kube: c.kube, recorder: c.recorder, defaults: s.Defaults,
+		storage: libvirt.New(s), resize: resizer(s),
+	}, nil
+}
+
+// resizer sets a volume's capacity, shrinking too: a new seed may be smaller than the old.
+func resizer(s *connection.Session) func(ctx context.Context, pool, name string, size uint64) error {
+	return func(ctx context.Context, pool, name string, size uint64) error {
+		return s.Do(ctx, func(l *golibvirt.Libvirt) error {
+			sp, err := l.StoragePoolLookupByName(pool)
+			if err != nil {
+				return err
+			}
+			sv, err := l.StorageVolLookupByName(sp, name)
+			if err != nil {
+				return err
+			}
+			return l.StorageVolResize(sv, size, golibvirt.StorageVolResizeShrink)
+		})
+	}
+}
+
+type external struct {
+	kube     client.Reader
+	recorder event.Recorder
+	defaults v1alpha1.HostDefaults
+	storage  Storage
+	resize   func(ctx context.Context, pool, name string, size uint64) error
+}
+
+func (e *external) pool(cr *v1alpha1.SeedVolume) string {
+	if cr.Spec.ForProvider.Pool != "" {
+		return cr.Spec.ForProvider.Pool
+	}
+	return e.defaults.Pool
+}
+
+// secretOrInline returns the inline value, or the Secret key's bytes, or nil.
+func (e *external) secretOrInline(ctx context.Context, ns, what string, inline *string, ref *v1alpha1.LocalSecretKeySelector) ([]byte, error) {
+	if inline != nil {
+		return []byte(*inline), nil
+	}
+	if ref == nil {
+		return nil, nil
+	}
+	s := &corev1.Secret{}
+	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, s); err != nil {
+		return nil, errors.Wrapf(err, errGetSecret, what, ns, ref.Name)
+	}
+	v, ok := s.Data[ref.Key]
+	if !ok {
+		return nil, errors.Errorf(errNoSecretKey, what, ns, ref.Name, ref.Key)
+	}
+	return v, nil
+}
+
+// build renders the seed that cr asks for.
+func (e *external) build(ctx context.Context, cr *v1alpha1.SeedVolume) (*seed.Seed, error) {
+	p, ns := cr.Spec.ForProvider, cr.GetNamespace()
+	in := seed.Input{
+		InstanceID:        p.InstanceID,
+		Hostname:          p.Hostname,
+		InstallGuestAgent: p.InstallGuestAgent == nil || *p.InstallGuestAgent,
+	}
+	if in.InstanceID == "" {
+		in.InstanceID = names.InstanceID(string(cr.GetUID()))
+	}
+	if in.Hostname == "" {
+		in.Hostname = cr.GetName()
+	}
+	var err error
+	if in.UserData, err = e.secretOrInline(ctx, ns, "user-data", p.UserData, p.UserDataSecretRef); err != nil {
+		return nil, err
+	}
+	if in.NetworkConfig, err = e.secretOrInline(ctx, ns, "network-config", p.NetworkConfig, p.NetworkConfigSecretRef); err != nil {
+		return nil, err
+	}
+	if in.VendorData, err = e.secretOrInline(ctx, ns, "vendor-data", p.VendorData, p.VendorDataSecretRef); err != nil {
+		return nil, err
+	}
+	s, err := seed.Build(in)
+	if err != nil {
+		return nil, errors.Wrap(err, errBuild)
+	}
+	cr.Status.AtProvider.InstanceID = in.InstanceID
+	return s, nil
+}
+
+func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
+	name, pool := meta.GetExternalName(cr), e.pool(cr)
+	vol, err := e.storage.Volume(ctx, pool, name)
+	if libvirt.IsNotFound(err) {
+		return managed.ExternalObservation{ResourceExists: false}, nil
+	}
+	if err != nil {
+		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+	}
+	if meta.WasDeleted(cr) {
+		// Deleting: the volume exists, Delete removes it.
+		return managed.ExternalObservation{ResourceExists: true}, nil
+	}
+	want, err := e.build(ctx, cr)
+	if err != nil {
+		return managed.ExternalObservation{}, err
+	}
+	// Seeds are small (tens to hundreds of KiB): comparing the bytes on the host with the
+	// wanted ISO catches truncation and corruption as well as edits.
+	h := sha256.New()
+	have := ""
+	if vol.CapacityBytes == uint64(len(want.ISO)) {
+		if err := e.storage.Download(ctx, pool, name, h, 0, vol.CapacityBytes); err != nil {
+			return managed.ExternalObservation{}, errors.Wrap(err, errDownload)
+		}
+		have = hex.EncodeToString(h.Sum(nil))
+	}
+
+	cr.Status.AtProvider.VolumeName = name
+	cr.Status.AtProvider.Pool = pool
+	cr.Status.AtProvider.Path = vol.Path
+	upToDate := have == want.SHA256
+	if upToDate {
+		cr.Status.AtProvider.ISOSHA256 = have
+		cr.Status.AtProvider.SizeBytes = int64(vol.CapacityBytes)
+		cr.SetConditions(xpv2.Available())
+	}
+	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
+}
+
+func (e *external) Create(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalCreation, error) {
+	cr.SetConditions(xpv2.Creating())
+	s, err := e.build(ctx, cr)
+	if err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	name, pool := meta.GetExternalName(cr), e.pool(cr)
+	xml, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: name, Format: "raw", CapacityBytes: uint64(len(s.ISO))})
+	if err != nil {
+		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
+	}
+	if _, err := e.storage.CreateVolume(ctx, pool, xml); err != nil && !libvirt.IsExists(err) {
+		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
+	}
+	return managed.ExternalCreation{}, e.upload(ctx, cr, pool, name, s)
+}
+
+func (e *external) Update(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalUpdate, error) {
+	s, err := e.build(ctx, cr)
+	if err != nil {
+		return managed.ExternalUpdate{}, err
+	}
+	name, pool := meta.GetExternalName(cr), e.pool(cr)
+	vol, err := e.storage.Volume(ctx, pool, name)
+	if err != nil {
+		return managed.ExternalUpdate{}, errors.Wrap(err, errLookup)
+	}
+	// Rewrite in place: a running guest may hold the cdrom open, so the file is never
+	// deleted under it.
+	if vol.CapacityBytes != uint64(len(s.ISO)) {
+		if err := e.resize(ctx, pool, name, uint64(len(s.ISO))); err != nil {
+			return managed.ExternalUpdate{}, errors.Wrap(err, errResize)
+		}
+	}
+	return managed.ExternalUpdate{}, e.upload(ctx, cr, pool, name, s)
+}
+
+func (e *external) upload(ctx context.Context, cr *v1alpha1.SeedVolume, pool, name string, s *seed.Seed) error {
+	if err := e.storage.Upload(ctx, pool, name, bytes.NewReader(s.ISO), uint64(len(s.ISO))); err != nil {
+		return errors.Wrap(err, errUpload)
+	}
+	e.recorder.Event(cr, event.Normal(reasonUploaded, "Uploaded seed ISO "+name+" (sha256 "+s.SHA256+")"))
+	return nil
+}
+
+func (e *external) Delete(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalDelete, error) {
+	cr.SetConditions(xpv2.Deleting())
+	name, pool := meta.GetExternalName(cr), e.pool(cr)
+	vol, err := e.storage.Volume(ctx, pool, name)
+	if libvirt.IsNotFound(err) {
+		return managed.ExternalDelete{}, nil
+	}
+	if err != nil {
+		return managed.ExternalDelete{}, errors.Wrap(err, errLookup)
+	}
+	disks, err := e.storage.DomainDisks(ctx)
+	if err != nil {
+		return managed.ExternalDelete{}, errors.Wrap(err, errUsers)
+	}
+	for _, d := range disks {
+		if d.Path == vol.Path {
+			return managed.ExternalDelete{}, errors.Errorf(errInUse, name, d.Domain)
+		}
+	}
+	return managed.ExternalDelete{}, errors.Wrap(e.storage.DeleteVolume(ctx, pool, name), errDelete)
+}
+
+func (e *external) Disconnect(context.Context) error { return nil }
