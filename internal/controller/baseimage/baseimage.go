@@ -74,6 +74,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 // Cache is what the external client needs of the image cache; *imagecache.Cache is one.
 type Cache interface {
 	Lookup(ctx context.Context, pool string, src imagecache.Source, ownerUID string) (imagecache.Image, error)
+	LookupVolume(ctx context.Context, pool, volume, ownerUID string) (imagecache.Image, error)
 	Publish(ctx context.Context, pool string, src imagecache.Source, owner imagecache.Owner, progress imagecache.ProgressFunc) (imagecache.Result, error)
 	Remove(ctx context.Context, pool, volume, ownerUID string) error
 	Owned(ctx context.Context, pool, ownerUID string) ([]imagecache.Image, error)
@@ -93,7 +94,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	}
 	return &external{
 		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults,
-		cache: imagecache.New(libvirt.New(s), c.http),
+		cache: imagecache.New(libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)), c.http),
 	}, nil
 }
 
@@ -127,7 +128,16 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 		if err != nil {
 			return managed.ExternalObservation{}, errors.Wrap(err, errOwned)
 		}
-		return managed.ExternalObservation{ResourceExists: len(owned) > 0 || len(cr.Status.AtProvider.RetainedVolumes) > 0}, nil
+		exists := len(owned) > 0
+		for _, pv := range cr.Status.AtProvider.RetainedVolumes {
+			p, vol, _ := strings.Cut(pv, "/")
+			img, err := e.cache.LookupVolume(ctx, p, vol, uid)
+			if err != nil && !imagecache.IsOwnedByOther(err) {
+				return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+			}
+			exists = exists || (err == nil && img.State != imagecache.StateAbsent)
+		}
+		return managed.ExternalObservation{ResourceExists: exists}, nil
 	}
 
 	img, err := e.cache.Lookup(ctx, pool, src, uid)

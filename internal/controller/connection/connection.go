@@ -55,6 +55,9 @@ type Session struct {
 	Defaults v1alpha1.HostDefaults
 	// Source names the config, e.g. ClusterProviderConfig/default.
 	Source string
+	// Socket and URI of libvirt on the host, for connections of their own (see
+	// libvirt.WithSocket).
+	Socket, URI string
 }
 
 // Connect tracks mg's usage of its config, resolves the config and opens (or reuses) the
@@ -67,7 +70,8 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 	if err != nil {
 		return nil, errors.Wrap(err, errResolve)
 	}
-	s := &Session{Defaults: r.Defaults, Source: r.Source}
+	h := r.Host.WithDefaults()
+	s := &Session{Defaults: r.Defaults, Source: r.Source, Socket: h.Socket, URI: h.URI}
 	s.onOpen = func(info host.OpenInfo) {
 		if info.Insecure && c.Recorder != nil {
 			c.Recorder.Event(mg, event.Warning(ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address, r.Source)))

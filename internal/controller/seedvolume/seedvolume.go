@@ -100,7 +100,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (manag
 	}
 	return &external{
 		kube: c.kube, recorder: c.recorder, defaults: s.Defaults,
-		storage: libvirt.New(s), resize: resizer(s),
+		storage: libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)), resize: resizer(s),
 	}, nil
 }
 
