@@ -183,7 +183,7 @@ func (e *Env) HostConfig(t testing.TB, tb *testbed.Env, name string) {
 		Credentials:   &v1alpha1.SSHCredentials{SecretRef: sel("ssh-privatekey")},
 		KnownHosts:    &v1alpha1.KnownHosts{SecretRef: sel("known_hosts")},
 		LibvirtSocket: tb.LibvirtSocket, URI: "qemu:///system",
-		Defaults:      v1alpha1.HostDefaults{DomainType: v1alpha1.DomainTypeQEMU, Pool: tb.Pool, Network: tb.Net},
+		Defaults: v1alpha1.HostDefaults{DomainType: v1alpha1.DomainTypeQEMU, Pool: tb.Pool, Network: tb.Net},
 	}}
 	if err := e.Client.Create(ctx, cpc); err != nil {
 		t.Fatal(err)

@@ -221,7 +221,9 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	}
 }
 
-func externalName(bi *v1alpha1.BaseImage) string { return bi.GetAnnotations()["crossplane.io/external-name"] }
+func externalName(bi *v1alpha1.BaseImage) string {
+	return bi.GetAnnotations()["crossplane.io/external-name"]
+}
 
 func libvirtClient(t *testing.T, tb *testbed.Env, pool *host.Pool) *libvirt.Client {
 	t.Helper()
