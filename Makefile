@@ -23,7 +23,9 @@ export KUBEBUILDER_ASSETS
 TB ?= /var/lib/provider-kvm-testbed
 export TB
 
-GO_TEST_FLAGS ?= -count=1
+# -p 1: the integration tests of several packages share one libvirtd and sshd, and some of
+# them restart those daemons on purpose; packages must not run at the same time.
+GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 LDFLAGS := -X github.com/provider-kvm/provider-kvm/internal/version.Version=$(VERSION)
 
