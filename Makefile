@@ -22,6 +22,9 @@ export KUBEBUILDER_ASSETS
 # The libvirt/sshd test bed (cluster/testbed): its state directory and network namespace.
 TB ?= /var/lib/provider-kvm-testbed
 export TB
+# The Debian guest image the boot tests use, built once by cluster/testbed/image.sh.
+TESTBED_IMAGE ?= $(CACHE_DIR)/images/debian-12-testbed.qcow2
+export TESTBED_IMAGE
 
 # -p 1: the integration tests of several packages share one libvirtd and sshd, and some of
 # them restart those daemons on purpose; packages must not run at the same time.
@@ -65,6 +68,14 @@ controlplane: ## Build kube-apiserver and etcd for envtest into $(KUBEBUILDER_AS
 testbed-up: ## Install and start libvirtd + sshd in network namespace kvmhost (idempotent).
 	cluster/testbed/up.sh
 
+.PHONY: image
+image: ## Build the Debian 12 guest image for boot tests (once; ~4 min cold).
+	cluster/testbed/image.sh "$(dir $(TESTBED_IMAGE))"
+
+.PHONY: boot-check
+boot-check: testbed-up image ## Boot the guest image with plain virsh to squid 204 (the baseline).
+	IMAGE="$(TESTBED_IMAGE)" cluster/testbed/boot-check.sh
+
 .PHONY: testbed-down
 testbed-down: ## Stop what testbed-up started.
 	cluster/testbed/down.sh
@@ -76,7 +87,7 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # The whole suite runs inside the test bed's network namespace: the SSH server and the guests
 # live there, and the envtest control plane only needs loopback, which the namespace has.
 .PHONY: test
-test: deps controlplane testbed-up ## The README's test command: all tests with real parts.
+test: deps controlplane testbed-up image ## The README's test command: all tests with real parts.
 	CI="$${CI:-}" cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
