@@ -8,6 +8,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 )
@@ -22,5 +23,8 @@ func SetupGated(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 	if err := baseimage.Setup(mgr, o, pool); err != nil {
 		return err
 	}
-	return seedvolume.Setup(mgr, o, pool)
+	if err := seedvolume.Setup(mgr, o, pool); err != nil {
+		return err
+	}
+	return kvmdomain.Setup(mgr, o, pool)
 }

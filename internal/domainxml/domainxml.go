@@ -64,7 +64,9 @@ type Volume struct {
 
 // Spec is everything the domain XML is built from.
 type Spec struct {
-	Name      string
+	Name string
+	// UUID keeps a redefined domain the same domain; empty lets libvirt choose one.
+	UUID      string
 	Type      string // kvm or qemu
 	VCPU      uint
 	MemoryMiB uint
@@ -110,6 +112,7 @@ func Domain(s Spec) (string, error) {
 	d := &libvirtxml.Domain{
 		Type:     s.Type,
 		Name:     s.Name,
+		UUID:     s.UUID,
 		Metadata: &libvirtxml.DomainMetadata{XML: string(meta)},
 		Memory:   &libvirtxml.DomainMemory{Value: s.MemoryMiB, Unit: "MiB"},
 		VCPU:     &libvirtxml.DomainVCPU{Placement: "static", Value: s.VCPU},
@@ -231,4 +234,48 @@ func OwnerOf(domainXML string) (*Owner, error) {
 func MAC(uid string) string {
 	h := sha256.Sum256([]byte("provider-kvm/mac/" + uid))
 	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], h[2])
+}
+
+// Size is the CPU and memory a domain definition gives its guest.
+type Size struct {
+	VCPU      uint
+	MemoryMiB uint
+}
+
+// SizeOf reads the vcpu count and memory of a domain XML.
+func SizeOf(domainXML string) (Size, error) {
+	d := &libvirtxml.Domain{}
+	if err := d.Unmarshal(domainXML); err != nil {
+		return Size{}, errors.Wrap(err, errUnmarshal)
+	}
+	var s Size
+	if d.VCPU != nil {
+		s.VCPU = d.VCPU.Value
+	}
+	if d.Memory != nil {
+		s.MemoryMiB = uint(toKiB(d.Memory.Value, d.Memory.Unit) / 1024)
+	}
+	return s, nil
+}
+
+// toKiB converts a libvirt memory value to KiB (libvirt's default unit).
+func toKiB(v uint, unit string) uint64 {
+	switch strings.ToLower(unit) {
+	case "b", "bytes":
+		return uint64(v) / 1024
+	case "m", "mib":
+		return uint64(v) * 1024
+	case "g", "gib":
+		return uint64(v) << 20
+	case "t", "tib":
+		return uint64(v) << 30
+	case "mb":
+		return uint64(v) * 1000 * 1000 / 1024
+	case "gb":
+		return uint64(v) * 1000 * 1000 * 1000 / 1024
+	case "kb":
+		return uint64(v) * 1000 / 1024
+	default: // k, KiB, or empty
+		return uint64(v)
+	}
 }

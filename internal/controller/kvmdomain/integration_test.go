@@ -1,0 +1,250 @@
+package kvmdomain
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
+	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
+	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/testbed"
+	"github.com/provider-kvm/provider-kvm/internal/testenv"
+)
+
+// squidUserData turns the test image's (disabled) squid into a proxy for the NAT network.
+const squidUserData = `#cloud-config
+write_files:
+  - path: /etc/squid/conf.d/provider-kvm.conf
+    content: |
+      http_access allow localnet
+      visible_hostname proxy-1
+runcmd:
+  - [systemctl, enable, --now, squid]
+`
+
+// guestImage returns the test bed's guest image and its sha256 (cluster/testbed/image.sh).
+func guestImage(t *testing.T) (string, string) {
+	t.Helper()
+	p := os.Getenv("TESTBED_IMAGE")
+	if p == "" {
+		p = os.Getenv("HOME") + "/.cache/provider-kvm/images/debian-12-testbed.qcow2"
+	}
+	sum, err := os.ReadFile(p + ".sha256")
+	if err != nil {
+		msg := "INTEGRATION TEST NOT RUN: no guest image at " + p + " (build it with cluster/testbed/image.sh; make test does)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return p, strings.Fields(string(sum))[0]
+}
+
+func virsh(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("virsh", append([]string{"-q", "-c", "qemu:///system"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("virsh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func exists(t *testing.T, args ...string) bool {
+	t.Helper()
+	return exec.Command("virsh", append([]string{"-q", "-c", "qemu:///system"}, args...)...).Run() == nil
+}
+
+// TestKVMDomainBootsOnRealHost: BaseImage + SeedVolume + KVMDomain on the real test bed, the
+// guest boots under TCG, gets an IP, and squid on it answers 204 through the provider's probe.
+func TestKVMDomainBootsOnRealHost(t *testing.T) {
+	tb := testbed.Require(t)
+	image, sum := guestImage(t)
+	env := testenv.Start(t)
+	env.HostConfig(t, tb, "default")
+	pool := host.NewPool()
+	t.Cleanup(func() { _ = pool.Close() })
+	env.Run(t, 5*time.Second, config.Setup,
+		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, pool) },
+		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, pool) },
+		func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, pool) },
+	)
+	ctx := context.Background()
+	kube := env.Client
+
+	// The image, served from loopback inside the test bed's namespace.
+	img := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, image) }))
+	t.Cleanup(img.Close)
+	// The URL the guest's squid must fetch: a 204 on the NAT bridge, inside the namespace.
+	bridge := os.Getenv("TESTBED_BRIDGE_IP")
+	if bridge == "" {
+		bridge = "192.168.122.1"
+	}
+	l, err := net.Listen("tcp", bridge+":0")
+	if err != nil {
+		t.Fatalf("listen on the test bed bridge: %v", err)
+	}
+	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = origin.Serve(l) }()
+	t.Cleanup(func() { _ = origin.Close() })
+	probeURL := "http://" + l.Addr().String() + "/"
+
+	const ns = "vms"
+	env.Namespace(t, ns)
+	t0 := time.Now()
+	for _, o := range []client.Object{
+		&v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian"}, Spec: v1alpha1.BaseImageSpec{
+			ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: img.URL + "/debian-12-testbed.qcow2", SHA256: sum}}}},
+		&v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}, Spec: v1alpha1.SeedVolumeSpec{
+			ForProvider: v1alpha1.SeedVolumeParameters{Hostname: "proxy-1", UserData: ptr(squidUserData)}}},
+		&v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}, Spec: v1alpha1.KVMDomainSpec{
+			ForProvider: v1alpha1.KVMDomainParameters{
+				VCPU: 2, MemoryMiB: 1024, PowerState: v1alpha1.PowerStateRunning,
+				BaseImageRef:  &xpv2.NamespacedReference{Name: "debian"},
+				SeedVolumeRef: &xpv2.NamespacedReference{Name: "proxy-1"},
+				DiskSizeGiB:   ptr(int32(2)),
+				ReadinessProbe: &v1alpha1.ReadinessProbe{TimeoutSeconds: 5,
+					HTTPProxy: &v1alpha1.HTTPProxyProbe{Port: 3128, URL: probeURL, ExpectedStatus: 204}},
+			}}},
+	} {
+		if err := kube.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	vm := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}}
+	ready := func(mg resource.Managed) func() error {
+		return func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(mg), mg); err != nil {
+				return err
+			}
+			r, s := mg.GetCondition(xpv2.TypeReady), mg.GetCondition(xpv2.TypeSynced)
+			if r.Status != corev1.ConditionTrue {
+				return fmt.Errorf("Ready=%s %s %q; Synced=%s %q", r.Status, r.Reason, r.Message, s.Status, s.Message)
+			}
+			return nil
+		}
+	}
+	testenv.Eventually(t, 8*time.Minute, "KVMDomain Ready (probe 204 through squid)", ready(vm))
+	t.Logf("TIMING KVMDomain created -> Ready (incl. %d MiB image publish and seed): %.1fs", 138, time.Since(t0).Seconds())
+	at := vm.Status.AtProvider
+	if at.State != "Running" || at.IPv4 == "" || at.Probe != "passing" || at.UUID == "" {
+		t.Errorf("status: %+v", at)
+	}
+	name := "vms_proxy-1"
+	xml := virsh(t, "dumpxml", name)
+	for _, want := range []string{"<kvm:owner", "virtio-scsi", `machine='pc-q35`, `type='qemu'`} {
+		if !strings.Contains(xml, want) && !strings.Contains(xml, strings.ReplaceAll(want, "kvm:", "")) {
+			t.Errorf("live domain XML lacks %s", want)
+		}
+	}
+
+	t.Run("UndefinedOutOfBandIsRecreated", func(t *testing.T) {
+		virsh(t, "destroy", name)
+		virsh(t, "undefine", "--nvram", name)
+		testenv.Eventually(t, 2*time.Minute, "domain recreated and running", func() error {
+			if !exists(t, "domstate", name) {
+				return fmt.Errorf("not defined yet")
+			}
+			if st := strings.TrimSpace(virsh(t, "domstate", name)); st != "running" {
+				return fmt.Errorf("state %s", st)
+			}
+			return nil
+		})
+	})
+
+	t.Run("ForeignDomainWithOurNameIsNotTouched", func(t *testing.T) {
+		foreign := `<domain type='qemu'><name>vms_foreign</name><memory unit='MiB'>128</memory><os><type arch='x86_64' machine='q35'>hvm</type></os></domain>`
+		f, err := os.CreateTemp(t.TempDir(), "foreign-*.xml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = f.WriteString(foreign)
+		_ = f.Close()
+		virsh(t, "define", f.Name())
+		t.Cleanup(func() { _ = exec.Command("virsh", "-c", "qemu:///system", "undefine", "vms_foreign").Run() })
+		fd := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "foreign"}, Spec: v1alpha1.KVMDomainSpec{
+			ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 256, BaseImageName: ptr("debian")}}}
+		if err := kube.Create(ctx, fd); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "refusal reported", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(fd), fd); err != nil {
+				return err
+			}
+			if s := fd.GetCondition(xpv2.TypeSynced); !strings.Contains(s.Message, "not owned by this KVMDomain") {
+				return fmt.Errorf("Synced=%s %q", s.Status, s.Message)
+			}
+			return nil
+		})
+		if err := kube.Delete(ctx, fd); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		if got := virsh(t, "dumpxml", "vms_foreign"); !strings.Contains(got, "<memory unit='KiB'>131072</memory>") {
+			t.Errorf("foreign domain changed:\n%s", got)
+		}
+		// Let the resource go; the foreign domain stays.
+		fd.SetFinalizers(nil)
+		_ = kube.Update(ctx, fd)
+	})
+
+	// Delete: no domain, overlay or NVRAM left.
+	overlay := vm.Status.AtProvider.OverlayVolume
+	if err := kube.Delete(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 4*time.Minute, "KVMDomain deleted", func() error {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); !kerrors.IsNotFound(err) {
+			return fmt.Errorf("still present: %v %q", err, vm.GetCondition(xpv2.TypeSynced).Message)
+		}
+		return nil
+	})
+	if exists(t, "domstate", name) {
+		t.Errorf("domain %s left behind", name)
+	}
+	if exists(t, "vol-info", "--pool", tb.Pool, overlay) {
+		t.Errorf("overlay %s left behind", overlay)
+	}
+	if _, err := os.Stat("/var/lib/libvirt/qemu/nvram/" + name + "_VARS.fd"); !os.IsNotExist(err) {
+		t.Errorf("NVRAM of %s left behind (%v)", name, err)
+	}
+	for _, o := range []client.Object{
+		&v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}},
+		&v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian"}},
+	} {
+		_ = kube.Delete(ctx, o)
+	}
+	testenv.Eventually(t, 2*time.Minute, "base and seed deleted", func() error {
+		for _, o := range []client.Object{
+			&v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}},
+			&v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian"}},
+		} {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(o), o); !kerrors.IsNotFound(err) {
+				return fmt.Errorf("%T still present", o)
+			}
+		}
+		return nil
+	})
+}
+
+func ptr[T any](v T) *T { return &v }

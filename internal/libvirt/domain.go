@@ -1,0 +1,212 @@
+package libvirt
+
+import (
+	"context"
+	"net"
+	"strings"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+)
+
+const (
+	errLookupDomain    = "cannot look up domain %q on %s"
+	errDefineDomain    = "cannot define domain on %s"
+	errStartDomain     = "cannot start domain %q on %s"
+	errShutdownDomain  = "cannot shut down domain %q on %s"
+	errDestroyDomain   = "cannot stop domain %q on %s"
+	errUndefineDomain  = "cannot undefine domain %q on %s"
+	errAutostartDomain = "cannot set autostart of domain %q on %s"
+	errDomainAddresses = "cannot read the addresses of domain %q from %s"
+)
+
+// Domain states, as KVMDomain status reports them.
+const (
+	StateNoState      = "NoState"
+	StateRunning      = "Running"
+	StateBlocked      = "Blocked"
+	StatePaused       = "Paused"
+	StateShuttingDown = "ShuttingDown"
+	StateShutOff      = "ShutOff"
+	StateCrashed      = "Crashed"
+	StateSuspended    = "Suspended"
+)
+
+// StateName maps libvirt's domain state to the name KVMDomain status uses.
+func StateName(s golibvirt.DomainState) string {
+	switch s {
+	case golibvirt.DomainRunning:
+		return StateRunning
+	case golibvirt.DomainBlocked:
+		return StateBlocked
+	case golibvirt.DomainPaused:
+		return StatePaused
+	case golibvirt.DomainShutdown:
+		return StateShuttingDown
+	case golibvirt.DomainShutoff:
+		return StateShutOff
+	case golibvirt.DomainCrashed:
+		return StateCrashed
+	case golibvirt.DomainPmsuspended:
+		return StateSuspended
+	default:
+		return StateNoState
+	}
+}
+
+// DomainInfo is what Observe needs to know of a domain.
+type DomainInfo struct {
+	Name string
+	// UUID in its canonical text form.
+	UUID  string
+	State string
+	// XML is the live definition of a running domain, else the persistent one.
+	XML string
+	// InactiveXML is the persistent definition, used at the next boot.
+	InactiveXML string
+	Autostart   bool
+}
+
+// Domain returns the state and definitions of the named domain.
+func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
+	var out DomainInfo
+	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		d, err := l.DomainLookupByName(name)
+		if err != nil {
+			return err
+		}
+		st, _, err := l.DomainGetState(d, 0)
+		if err != nil {
+			return err
+		}
+		if out.XML, err = l.DomainGetXMLDesc(d, 0); err != nil {
+			return err
+		}
+		if out.InactiveXML, err = l.DomainGetXMLDesc(d, golibvirt.DomainXMLInactive); err != nil {
+			return err
+		}
+		auto, err := l.DomainGetAutostart(d)
+		if err != nil {
+			return err
+		}
+		out.Name, out.UUID = d.Name, uuidString(d.UUID)
+		out.State, out.Autostart = StateName(golibvirt.DomainState(st)), auto == 1
+		return nil
+	})
+	return out, errors.Wrapf(err, errLookupDomain, name, c.conn.Address())
+}
+
+// DefineDomain defines (or redefines, for the same name and UUID) a persistent domain.
+func (c *Client) DefineDomain(ctx context.Context, xml string) error {
+	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		_, err := l.DomainDefineXML(xml)
+		return err
+	})
+	return errors.Wrapf(err, errDefineDomain, c.conn.Address())
+}
+
+// withDomain runs fn on the named domain.
+func (c *Client) withDomain(ctx context.Context, name string, fn func(l *golibvirt.Libvirt, d golibvirt.Domain) error) error {
+	return c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+		d, err := l.DomainLookupByName(name)
+		if err != nil {
+			return err
+		}
+		return fn(l, d)
+	})
+}
+
+// StartDomain boots a defined domain.
+func (c *Client) StartDomain(ctx context.Context, name string) error {
+	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error { return l.DomainCreate(d) })
+	return errors.Wrapf(err, errStartDomain, name, c.conn.Address())
+}
+
+// ShutdownDomain asks the guest to shut down (ACPI power button). It returns at once.
+func (c *Client) ShutdownDomain(ctx context.Context, name string) error {
+	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error { return l.DomainShutdown(d) })
+	return errors.Wrapf(err, errShutdownDomain, name, c.conn.Address())
+}
+
+// DestroyDomain stops a running domain at once, like pulling its plug.
+func (c *Client) DestroyDomain(ctx context.Context, name string) error {
+	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error { return l.DomainDestroy(d) })
+	return errors.Wrapf(err, errDestroyDomain, name, c.conn.Address())
+}
+
+// UndefineDomain removes a stopped domain's definition with its NVRAM file and managed
+// save image.
+func (c *Client) UndefineDomain(ctx context.Context, name string) error {
+	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error {
+		return l.DomainUndefineFlags(d, golibvirt.DomainUndefineNvram|golibvirt.DomainUndefineManagedSave)
+	})
+	return errors.Wrapf(err, errUndefineDomain, name, c.conn.Address())
+}
+
+// SetAutostart sets whether the domain starts with the host's libvirt daemon.
+func (c *Client) SetAutostart(ctx context.Context, name string, on bool) error {
+	v := int32(0)
+	if on {
+		v = 1
+	}
+	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error { return l.DomainSetAutostart(d, v) })
+	return errors.Wrapf(err, errAutostartDomain, name, c.conn.Address())
+}
+
+// Address sources, in the order Observe tries them.
+const (
+	SourceLease = "lease"
+	SourceAgent = "agent"
+	SourceARP   = "arp"
+)
+
+// DomainIPv4 returns the first routable IPv4 address libvirt knows for the interface with
+// mac, asking source (lease, agent or arp). It returns "" when there is none yet.
+func (c *Client) DomainIPv4(ctx context.Context, name, mac, source string) (string, error) {
+	src := map[string]uint32{
+		SourceLease: uint32(golibvirt.DomainInterfaceAddressesSrcLease),
+		SourceAgent: uint32(golibvirt.DomainInterfaceAddressesSrcAgent),
+		SourceARP:   uint32(golibvirt.DomainInterfaceAddressesSrcArp),
+	}[source]
+	var ip string
+	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error {
+		ifaces, err := l.DomainInterfaceAddresses(d, src, 0)
+		if err != nil {
+			return err
+		}
+		ip = FirstRoutableIPv4(ifaces, mac)
+		return nil
+	})
+	return ip, errors.Wrapf(err, errDomainAddresses, name, source)
+}
+
+// FirstRoutableIPv4 picks the first IPv4 address of the interface with mac (any interface
+// when mac is empty) that is neither loopback nor link-local.
+func FirstRoutableIPv4(ifaces []golibvirt.DomainInterface, mac string) string {
+	for _, i := range ifaces {
+		if mac != "" && (len(i.Hwaddr) == 0 || !strings.EqualFold(i.Hwaddr[0], mac)) {
+			continue
+		}
+		for _, a := range i.Addrs {
+			ip := net.ParseIP(a.Addr).To4()
+			if ip == nil || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
+				continue
+			}
+			return ip.String()
+		}
+	}
+	return ""
+}
+
+func uuidString(u golibvirt.UUID) string {
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, 36)
+	for i, x := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hex[x>>4], hex[x&0xf])
+	}
+	return string(b)
+}
