@@ -94,6 +94,11 @@ test: deps controlplane testbed-up image ## The README's test command: all tests
 bench: deps testbed-up ## Benchmarks (libvirt round trip over pooled SSH, connection open).
 	cluster/testbed/run-in-netns.sh go test -run '^$$' -bench . -benchmem -benchtime=20x ./...
 
+.PHONY: bench-boot
+bench-boot: deps controlplane testbed-up image ## Boot to squid 204: plain virsh, then through the provider; prints both.
+	IMAGE="$(TESTBED_IMAGE)" cluster/testbed/boot-check.sh | tail -n 1
+	cluster/testbed/run-in-netns.sh go test -count=1 -v -run TestKVMDomainBootsOnRealHost ./internal/controller/kvmdomain/ | grep -E 'TIMING|^(ok|FAIL|---)'
+
 .PHONY: run
 run: ## Run the provider out of cluster against $KUBECONFIG (install package/crds first).
 	go run -ldflags "$(LDFLAGS)" ./cmd/provider --debug

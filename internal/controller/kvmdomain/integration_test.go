@@ -172,6 +172,20 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		})
 	})
 
+	// The state a provider killed between define and start leaves: defined, shut off.
+	t.Run("DefinedButNotStartedIsStarted", func(t *testing.T) {
+		virsh(t, "destroy", name)
+		testenv.Eventually(t, 2*time.Minute, "domain started again", func() error {
+			if st := strings.TrimSpace(virsh(t, "domstate", name)); st != "running" {
+				return fmt.Errorf("state %s", st)
+			}
+			return nil
+		})
+		if n := strings.Count(virsh(t, "list", "--all", "--name"), name); n != 1 {
+			t.Errorf("%d domains named %s", n, name)
+		}
+	})
+
 	t.Run("ForeignDomainWithOurNameIsNotTouched", func(t *testing.T) {
 		foreign := `<domain type='qemu'><name>vms_foreign</name><memory unit='MiB'>128</memory><os><type arch='x86_64' machine='q35'>hvm</type></os></domain>`
 		f, err := os.CreateTemp(t.TempDir(), "foreign-*.xml")
