@@ -242,6 +242,13 @@ type KVMDomainObservation struct {
 	// +optional
 	RestartPending bool `json:"restartPending,omitempty"`
 
+	// InputsChanged lists what changed since the domain was defined: a BaseImage that now
+	// publishes another volume (the domain keeps its overlay on the old one; recreate the
+	// KVMDomain to move to the new image), or a SeedVolume with new content (the guest reads it
+	// at its next boot; cloud-init re-runs per-instance modules only for a new instance-id).
+	// +optional
+	InputsChanged []string `json:"inputsChanged,omitempty"`
+
 	// Probe is the outcome of the last readiness probe.
 	// +optional
 	Probe string `json:"probe,omitempty"`

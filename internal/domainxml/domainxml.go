@@ -55,6 +55,10 @@ type Owner struct {
 	Namespace      string   `xml:"namespace"`
 	Name           string   `xml:"name"`
 	ProviderConfig string   `xml:"providerConfig,omitempty"`
+	// BaseVolume and SeedSHA256 record what the domain was defined from, so a later change of
+	// its BaseImage or SeedVolume can be reported.
+	BaseVolume string `xml:"baseVolume,omitempty"`
+	SeedSHA256 string `xml:"seedSHA256,omitempty"`
 }
 
 // Volume names a storage volume in a pool.

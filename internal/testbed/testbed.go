@@ -8,12 +8,16 @@
 package testbed
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/provider-kvm/provider-kvm/internal/host"
 )
 
 // Env describes the test bed.
@@ -91,4 +95,28 @@ func (e *Env) Control(t testing.TB, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", e.Ctl, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// HostConfig is the connection config of the test bed's sshd and libvirtd, with its pinned
+// host key.
+func (e *Env) HostConfig(t testing.TB) host.Config {
+	t.Helper()
+	return host.Config{
+		Host: e.SSHHost, Port: e.SSHPort, User: e.SSHUser,
+		PrivateKey: e.Read(t, e.KeyFile), KnownHosts: e.Read(t, e.KnownHostsFile), Socket: e.LibvirtSocket,
+	}
+}
+
+// Connect opens a connection to the test bed in a pool of its own, closed when the test ends.
+func (e *Env) Connect(t testing.TB, opts ...host.Option) *host.Conn {
+	t.Helper()
+	p := host.NewPool(opts...)
+	t.Cleanup(func() { _ = p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := p.Get(ctx, e.HostConfig(t))
+	if err != nil {
+		t.Fatalf("connecting to the test bed: %v", err)
+	}
+	return c
 }

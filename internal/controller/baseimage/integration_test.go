@@ -86,7 +86,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	ctx := context.Background()
 	kube := env.Client
 	env.Namespace(t, "images")
-	lv := libvirtClient(t, tb, pool)
+	lv := libvirt.New(tb.Connect(t))
 
 	get := func(bi *v1alpha1.BaseImage) error { return kube.Get(ctx, client.ObjectKeyFromObject(bi), bi) }
 	readyWith := func(bi *v1alpha1.BaseImage, sha string) func() error {
@@ -223,16 +223,4 @@ func TestBaseImageOnRealHost(t *testing.T) {
 
 func externalName(bi *v1alpha1.BaseImage) string {
 	return bi.GetAnnotations()["crossplane.io/external-name"]
-}
-
-func libvirtClient(t *testing.T, tb *testbed.Env, pool *host.Pool) *libvirt.Client {
-	t.Helper()
-	c, err := pool.Get(context.Background(), host.Config{
-		Host: tb.SSHHost, Port: tb.SSHPort, User: tb.SSHUser,
-		PrivateKey: tb.Read(t, tb.KeyFile), KnownHosts: tb.Read(t, tb.KnownHostsFile), Socket: tb.LibvirtSocket,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return libvirt.New(c)
 }

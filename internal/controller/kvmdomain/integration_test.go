@@ -158,6 +158,28 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		}
 	}
 
+	t.Run("ChangedSeedIsReported", func(t *testing.T) {
+		seed := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}}
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(seed), seed); err != nil {
+			t.Fatal(err)
+		}
+		seed.Spec.ForProvider.UserData = ptr(squidUserData + "# edited\n")
+		if err := kube.Update(ctx, seed); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "changed seed reported on the KVMDomain", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+				return err
+			}
+			for _, c := range vm.Status.AtProvider.InputsChanged {
+				if strings.Contains(c, "SeedVolume proxy-1 has new content") {
+					return nil
+				}
+			}
+			return fmt.Errorf("inputsChanged %v", vm.Status.AtProvider.InputsChanged)
+		})
+	})
+
 	t.Run("UndefinedOutOfBandIsRecreated", func(t *testing.T) {
 		virsh(t, "destroy", name)
 		virsh(t, "undefine", "--nvram", name)

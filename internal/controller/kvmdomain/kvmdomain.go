@@ -54,6 +54,7 @@ const (
 	errDeleteOverlay = "cannot delete the root disk overlay"
 
 	reasonRestartPending = event.Reason("RestartPending")
+	reasonInputsChanged  = event.Reason("InputsChanged")
 	reasonForcedOff      = event.Reason("ForcedPowerOff")
 )
 
@@ -196,6 +197,8 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	}
 	at.RestartPending = running && live != persistent
 
+	e.inputsChanged(ctx, cr, d)
+
 	if !running {
 		at.IPv4, at.IPSource, at.GuestAgentConnected, at.Probe = "", "", false, ""
 		cr.SetConditions(xpv2.Unavailable().WithMessage("domain is " + d.State))
@@ -248,6 +251,40 @@ func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, nam
 	}
 	at.Probe = "passing"
 	cr.SetConditions(xpv2.Available())
+}
+
+// inputsChanged reports, in status and once as an event, a BaseImage or SeedVolume that
+// changed since the domain was defined. Nothing is changed on the host: replacing a root disk
+// or a seed under a guest is the user's decision.
+func (e *external) inputsChanged(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt.DomainInfo) {
+	o, err := domainxml.OwnerOf(d.InactiveXML)
+	if err != nil || o == nil {
+		return
+	}
+	var changed []string
+	p := cr.Spec.ForProvider
+	if p.BaseImageName != nil && o.BaseVolume != "" {
+		base := &v1alpha1.BaseImage{}
+		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.BaseImageName}, base); err == nil &&
+			base.Status.AtProvider.VolumeName != "" && base.Status.AtProvider.VolumeName != o.BaseVolume {
+			changed = append(changed, fmt.Sprintf("BaseImage %s now publishes %s; this domain's overlay stays on %s until the KVMDomain is recreated",
+				*p.BaseImageName, base.Status.AtProvider.VolumeName, o.BaseVolume))
+		}
+	}
+	if p.SeedVolumeName != nil && o.SeedSHA256 != "" {
+		seed := &v1alpha1.SeedVolume{}
+		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.SeedVolumeName}, seed); err == nil &&
+			seed.Status.AtProvider.ISOSHA256 != "" && seed.Status.AtProvider.ISOSHA256 != o.SeedSHA256 {
+			changed = append(changed, fmt.Sprintf("SeedVolume %s has new content since the domain was defined; the guest reads it at its next boot (cloud-init re-runs per-instance modules only for a new instance-id)",
+				*p.SeedVolumeName))
+		}
+	}
+	if len(changed) > 0 && len(cr.Status.AtProvider.InputsChanged) != len(changed) {
+		for _, c := range changed {
+			e.recorder.Event(cr, event.Normal(reasonInputsChanged, c))
+		}
+	}
+	cr.Status.AtProvider.InputsChanged = changed
 }
 
 func checkOwner(d libvirt.DomainInfo, cr *v1alpha1.KVMDomain) error {
@@ -309,7 +346,8 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 		Network:   p.Network,
 		Bridge:    p.Bridge,
 		MAC:       mac(cr),
-		Owner:     domainxml.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName(), ProviderConfig: e.source},
+		Owner: domainxml.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName(), ProviderConfig: e.source,
+			BaseVolume: in.base.Status.AtProvider.VolumeName},
 	}
 	s.ConsoleLog = "/var/log/libvirt/qemu/" + s.Name + "-console.log"
 	if s.Type == "" {
@@ -323,6 +361,7 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 	}
 	if in.seed != nil {
 		s.Seed = &domainxml.Volume{Pool: in.seed.Status.AtProvider.Pool, Name: in.seed.Status.AtProvider.VolumeName}
+		s.Owner.SeedSHA256 = in.seed.Status.AtProvider.ISOSHA256
 	}
 	x, err := domainxml.Domain(s)
 	return x, errors.Wrap(err, errXML)

@@ -104,7 +104,7 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	testenv.Eventually(t, 2*time.Minute, "SeedVolume Ready", ready(""))
 
 	// The volume on the host holds exactly the bytes we asked for.
-	lv := libvirtClient(t, tb, pool)
+	lv := libvirt.New(tb.Connect(t))
 	hostISO := func() []byte {
 		t.Helper()
 		var buf bytes.Buffer
@@ -171,18 +171,6 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("seed volume file %s still exists after delete (%v)", path, err)
 	}
-}
-
-func libvirtClient(t *testing.T, tb *testbed.Env, pool *host.Pool) *libvirt.Client {
-	t.Helper()
-	c, err := pool.Get(context.Background(), host.Config{
-		Host: tb.SSHHost, Port: tb.SSHPort, User: tb.SSHUser,
-		PrivateKey: tb.Read(t, tb.KeyFile), KnownHosts: tb.Read(t, tb.KnownHostsFile), Socket: tb.LibvirtSocket,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return libvirt.New(c)
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
