@@ -1,0 +1,231 @@
+package function
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+
+	xpv1 "github.com/crossplane/crossplane/apis/v2/apiextensions/v1"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/apiextensions/v2"
+	metav1pkg "github.com/crossplane/crossplane/apis/v2/pkg/meta/v1"
+)
+
+const configDir = "../../package/configuration"
+
+// readStrict decodes a package file into a typed Crossplane object, refusing unknown fields
+// so that a misspelt field fails here rather than being dropped by the API server.
+func readStrict(t *testing.T, file string, into any) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(configDir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, into); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return b
+}
+
+// schemaOf returns the openAPIV3Schema of an XRD version as a map.
+func schemaOf(t *testing.T, raw []byte) map[string]any {
+	t.Helper()
+	m := map[string]any{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestConfigurationFiles(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(configDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tm struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(b, &tm); err != nil {
+			t.Fatalf("%s is not YAML: %v", f, err)
+		}
+		got[filepath.Base(f)] = tm.APIVersion + " " + tm.Kind + " " + tm.Metadata.Name
+	}
+	want := map[string]string{
+		"crossplane.yaml":         "meta.pkg.crossplane.io/v1 Configuration configuration-kvm-proxy",
+		"xrd.yaml":                "apiextensions.crossplane.io/v2 CompositeResourceDefinition proxies.platform.kvm.crossplane.io",
+		"xrd-legacy.yaml":         "apiextensions.crossplane.io/v1 CompositeResourceDefinition xproxies.platform.kvm.crossplane.io",
+		"composition.yaml":        "apiextensions.crossplane.io/v1 Composition proxies.platform.kvm.crossplane.io",
+		"composition-legacy.yaml": "apiextensions.crossplane.io/v1 Composition xproxies.platform.kvm.crossplane.io",
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("files in %s (-want +got):\n%s", configDir, d)
+	}
+}
+
+func TestXRDs(t *testing.T) {
+	var xrd xpv2.CompositeResourceDefinition
+	readStrict(t, "xrd.yaml", &xrd)
+	if xrd.Spec.Scope != xpv2.CompositeResourceScopeNamespaced {
+		t.Errorf("xrd.yaml scope = %q, want Namespaced", xrd.Spec.Scope)
+	}
+	if xrd.Spec.Group != "platform.kvm.crossplane.io" || xrd.Spec.Names.Kind != "Proxy" || xrd.Spec.Names.Plural != "proxies" {
+		t.Errorf("xrd.yaml group/names = %s %+v", xrd.Spec.Group, xrd.Spec.Names)
+	}
+	if xrd.Name != xrd.Spec.Names.Plural+"."+xrd.Spec.Group {
+		t.Errorf("xrd.yaml name %q is not <plural>.<group>", xrd.Name)
+	}
+	if len(xrd.Spec.Versions) != 1 || xrd.Spec.Versions[0].Name != "v1alpha1" || !xrd.Spec.Versions[0].Served || !xrd.Spec.Versions[0].Referenceable {
+		t.Fatalf("xrd.yaml versions = %+v", xrd.Spec.Versions)
+	}
+
+	var legacy xpv1.CompositeResourceDefinition
+	readStrict(t, "xrd-legacy.yaml", &legacy)
+	if legacy.Spec.Scope == nil || *legacy.Spec.Scope != xpv1.CompositeResourceScopeLegacyCluster {
+		t.Errorf("xrd-legacy.yaml must set scope LegacyCluster (the only scope with claims)")
+	}
+	if legacy.Spec.ClaimNames == nil || legacy.Spec.ClaimNames.Kind != "ProxyClaim" || legacy.Spec.ClaimNames.Plural != "proxyclaims" {
+		t.Errorf("xrd-legacy.yaml claimNames = %+v", legacy.Spec.ClaimNames)
+	}
+	if legacy.Spec.Group != xrd.Spec.Group || legacy.Spec.Names.Kind != "XProxy" {
+		t.Errorf("xrd-legacy.yaml group/names = %s %+v", legacy.Spec.Group, legacy.Spec.Names)
+	}
+	if legacy.Name != legacy.Spec.Names.Plural+"."+legacy.Spec.Group {
+		t.Errorf("xrd-legacy.yaml name %q is not <plural>.<group>", legacy.Name)
+	}
+	kinds := map[string]bool{}
+	for _, k := range []string{xrd.Spec.Names.Kind, legacy.Spec.Names.Kind, legacy.Spec.ClaimNames.Kind} {
+		if kinds[k] {
+			t.Errorf("kind %s is defined twice in group %s", k, xrd.Spec.Group)
+		}
+		kinds[k] = true
+	}
+	if d := cmp.Diff([]string{"url", "host", "port"}, legacy.Spec.ConnectionSecretKeys); d != "" {
+		t.Errorf("xrd-legacy.yaml connectionSecretKeys (-want +got):\n%s", d)
+	}
+	if len(legacy.Spec.Versions) != 1 || legacy.Spec.Versions[0].Name != "v1alpha1" {
+		t.Fatalf("xrd-legacy.yaml versions = %+v", legacy.Spec.Versions)
+	}
+
+	// Both XRDs offer the same spec and status.
+	v2s := schemaOf(t, xrd.Spec.Versions[0].Schema.OpenAPIV3Schema.Raw)
+	v1s := schemaOf(t, legacy.Spec.Versions[0].Schema.OpenAPIV3Schema.Raw)
+	props := func(s map[string]any) any { return s["properties"] }
+	if d := cmp.Diff(props(v2s), props(v1s)); d != "" {
+		t.Errorf("xrd.yaml and xrd-legacy.yaml differ in spec or status (-xrd +legacy):\n%s", d)
+	}
+	checkDescribed(t, "openAPIV3Schema", v2s)
+	checkSpecFields(t, v2s)
+}
+
+// checkDescribed fails for every schema node, property or item, without a description.
+func checkDescribed(t *testing.T, path string, s map[string]any) {
+	t.Helper()
+	if d, _ := s["description"].(string); d == "" {
+		t.Errorf("xrd.yaml: %s has no description", path)
+	}
+	if p, ok := s["properties"].(map[string]any); ok {
+		for name, sub := range p {
+			checkDescribed(t, path+"."+name, sub.(map[string]any))
+		}
+	}
+	if it, ok := s["items"].(map[string]any); ok {
+		checkDescribed(t, path+"[]", it)
+	}
+}
+
+// checkSpecFields keeps the XRD in step with ProxySpec and the function's defaults.
+func checkSpecFields(t *testing.T, s map[string]any) {
+	t.Helper()
+	spec := s["properties"].(map[string]any)["spec"].(map[string]any)["properties"].(map[string]any)
+	var fields []string
+	for k := range spec {
+		fields = append(fields, k)
+	}
+	want := []string{"allowedCIDRs", "diskSizeGiB", "host", "image", "memoryMiB", "port", "probe", "squidDirectives", "sshAuthorizedKeys", "vcpu"}
+	if d := cmp.Diff(want, sorted(fields)); d != "" {
+		t.Errorf("spec fields (-want +got):\n%s", d)
+	}
+	def := func(f string) any { return spec[f].(map[string]any)["default"] }
+	wantDefaults := map[string]any{
+		"host": DefaultHost, "vcpu": float64(DefaultVCPU), "memoryMiB": float64(DefaultMemoryMiB),
+		"port": float64(DefaultPort), "allowedCIDRs": []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"},
+	}
+	gotDefaults := map[string]any{}
+	for f := range wantDefaults {
+		gotDefaults[f] = def(f)
+	}
+	if d := cmp.Diff(wantDefaults, gotDefaults); d != "" {
+		t.Errorf("spec defaults (-want +got):\n%s", d)
+	}
+	probe := spec["probe"].(map[string]any)["properties"].(map[string]any)
+	if got := probe["expectedStatus"].(map[string]any)["default"]; got != float64(DefaultExpectedStatus) {
+		t.Errorf("probe.expectedStatus default = %v", got)
+	}
+	status := s["properties"].(map[string]any)["status"].(map[string]any)["properties"].(map[string]any)
+	var sf []string
+	for k := range status {
+		sf = append(sf, k)
+	}
+	if d := cmp.Diff([]string{"ip", "phase", "secretName", "url"}, sorted(sf)); d != "" {
+		t.Errorf("status fields (-want +got):\n%s", d)
+	}
+}
+
+func TestCompositions(t *testing.T) {
+	for file, kind := range map[string]string{"composition.yaml": "Proxy", "composition-legacy.yaml": "XProxy"} {
+		var c xpv1.Composition
+		readStrict(t, file, &c)
+		if c.Spec.CompositeTypeRef.APIVersion != "platform.kvm.crossplane.io/v1alpha1" || c.Spec.CompositeTypeRef.Kind != kind {
+			t.Errorf("%s compositeTypeRef = %+v", file, c.Spec.CompositeTypeRef)
+		}
+		if c.Spec.Mode != xpv1.CompositionModePipeline {
+			t.Errorf("%s mode = %q", file, c.Spec.Mode)
+		}
+		var steps []string
+		for _, s := range c.Spec.Pipeline {
+			steps = append(steps, s.Step+"="+s.FunctionRef.Name)
+		}
+		if d := cmp.Diff([]string{"compose-proxy=function-kvm-proxy", "auto-ready=function-auto-ready"}, steps); d != "" {
+			t.Errorf("%s pipeline (-want +got):\n%s", file, d)
+		}
+	}
+	var legacy xpv1.Composition
+	readStrict(t, "composition-legacy.yaml", &legacy)
+	if legacy.Spec.WriteConnectionSecretsToNamespace == nil || *legacy.Spec.WriteConnectionSecretsToNamespace != "crossplane-system" {
+		t.Errorf("composition-legacy.yaml must set writeConnectionSecretsToNamespace for claim connection secrets")
+	}
+}
+
+func TestConfigurationMeta(t *testing.T) {
+	var c metav1pkg.Configuration
+	readStrict(t, "crossplane.yaml", &c)
+	var deps []string
+	for _, d := range c.Spec.DependsOn {
+		if d.Kind == nil || d.Package == nil || d.Version == "" {
+			t.Errorf("dependency %+v lacks kind, package or version", d)
+			continue
+		}
+		deps = append(deps, *d.Kind+" "+*d.Package)
+	}
+	want := []string{
+		"Provider xpkg.crossplane.io/provider-kvm/provider-kvm",
+		"Function xpkg.crossplane.io/provider-kvm/function-kvm-proxy",
+		"Function xpkg.crossplane.io/crossplane-contrib/function-auto-ready",
+	}
+	if d := cmp.Diff(want, deps); d != "" {
+		t.Errorf("dependsOn (-want +got):\n%s", d)
+	}
+}

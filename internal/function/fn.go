@@ -1,0 +1,251 @@
+// Package function is function-kvm-proxy, the composition function behind the Proxy API
+// (package/configuration): an application team asks for a Proxy in its namespace and gets
+// a small VM running squid.
+//
+// From a Proxy (v2, namespaced) or an XProxy created by a ProxyClaim (v1, LegacyCluster) it
+// composes, all in the proxy's namespace and all on the ClusterProviderConfig spec.host:
+//
+//   - base-image: a BaseImage <xr>-image, only when spec.image names a url and sha256;
+//     otherwise the domain boots the shared BaseImage spec.image.baseImageName;
+//   - seed: a SeedVolume <xr>-seed whose #cloud-config configures and starts squid;
+//   - domain: a KVMDomain <xr> with a readiness probe through the proxy;
+//   - secret: a Secret <xr>-proxy with keys url, host and port, once the guest's address is
+//     known (see below).
+//
+// It writes status.phase, status.secretName and, once known, status.ip and status.url back
+// to the XR, and the same url, host and port as connection details (claims of legacy XRs
+// can publish them with writeConnectionSecretToRef; v2 XRs drop them).
+//
+// The Secret is composed only once the KVMDomain reports an IPv4 address, so a Pod that
+// mounts it waits for the proxy instead of starting with an empty address. Once composed it
+// stays: while the address is unknown again (a reboot), it keeps the last known data.
+//
+// The namespace of every composed resource is the XR's own namespace, or for a legacy XR
+// the namespace of its claim (spec.claimRef.namespace). A namespace given anywhere else
+// in the spec is ignored, so a claim cannot compose into another team's namespace.
+//
+// An invalid spec (an unparsable CIDR, a port out of range, both or neither image ways, a
+// multi-line directive) is a fatal result naming every bad field; nothing is composed.
+package function
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/request"
+	"github.com/crossplane/function-sdk-go/resource"
+	"github.com/crossplane/function-sdk-go/resource/composed"
+	"github.com/crossplane/function-sdk-go/resource/composite"
+	"github.com/crossplane/function-sdk-go/response"
+)
+
+// Phases reported in the XR's status.phase.
+const (
+	PhaseCreating = "Creating" // the KVMDomain is not observed yet
+	PhaseBooting  = "Booting"  // the domain exists, its guest has no address yet
+	PhaseProbing  = "Probing"  // the guest has an address, squid does not answer the probe yet
+	PhaseReady    = "Ready"    // the KVMDomain is Ready: squid answers
+	PhaseStopped  = "Stopped"  // the domain is shut off
+	PhaseError    = "Error"    // the KVMDomain cannot be reconciled (see its Synced condition)
+)
+
+// Function is the composition function.
+type Function struct {
+	fnv1.UnimplementedFunctionRunnerServiceServer
+
+	log logging.Logger
+}
+
+// New returns the function.
+func New(log logging.Logger) *Function {
+	return &Function{log: log}
+}
+
+// RunFunction composes a proxy.
+func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	rsp := response.To(req, response.DefaultTTL)
+	if err := f.compose(req, rsp); err != nil {
+		f.log.Info("cannot compose proxy", "tag", req.GetMeta().GetTag(), "error", err.Error())
+		response.Fatal(rsp, err)
+	}
+	return rsp, nil
+}
+
+func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
+	oxr, err := request.GetObservedCompositeResource(req)
+	if err != nil {
+		return fmt.Errorf("cannot get the observed composite resource: %w", err)
+	}
+	xr := oxr.Resource
+	what := xr.GetKind() + " " + xr.GetName()
+	if xr.GetNamespace() != "" {
+		what = xr.GetKind() + " " + xr.GetNamespace() + "/" + xr.GetName()
+	}
+
+	var spec ProxySpec
+	if err := xr.GetValueInto("spec", &spec); err != nil {
+		return fmt.Errorf("invalid %s: cannot read spec: %w", what, err)
+	}
+	p, err := spec.Validate()
+	if err != nil {
+		return fmt.Errorf("invalid %s: %w", what, err)
+	}
+	ns, err := targetNamespace(xr)
+	if err != nil {
+		return fmt.Errorf("invalid %s: %w", what, err)
+	}
+	n := NamesFor(xr.GetName())
+
+	observed, err := request.GetObservedComposedResources(req)
+	if err != nil {
+		return fmt.Errorf("cannot get the observed composed resources: %w", err)
+	}
+	desired, err := request.GetDesiredComposedResources(req)
+	if err != nil {
+		return fmt.Errorf("cannot get the desired composed resources: %w", err)
+	}
+	dxr, err := request.GetDesiredCompositeResource(req)
+	if err != nil {
+		return fmt.Errorf("cannot get the desired composite resource: %w", err)
+	}
+
+	userData, err := UserData(p, n.Domain)
+	if err != nil {
+		return err
+	}
+	objs := map[string]runtime.Object{
+		ResourceSeed:   SeedVolume(p, n, ns, userData),
+		ResourceDomain: KVMDomain(p, n, ns),
+	}
+	if p.BaseImageName == "" {
+		objs[ResourceBaseImage] = BaseImage(p, n, ns)
+	}
+	// Build everything before touching the response, so a failure composes nothing.
+	add := map[resource.Name]*resource.DesiredComposed{}
+	for name, o := range objs {
+		u, err := toComposed(o)
+		if err != nil {
+			return err
+		}
+		add[resource.Name(name)] = &resource.DesiredComposed{Resource: u}
+	}
+
+	st := observe(observed, p)
+	if st.data != nil {
+		add[ResourceSecret] = &resource.DesiredComposed{Resource: Secret(n, ns, st.data)}
+	}
+	for name, d := range add {
+		desired[name] = d
+	}
+	if err := response.SetDesiredComposedResources(rsp, desired); err != nil {
+		return fmt.Errorf("cannot set the desired composed resources: %w", err)
+	}
+
+	status := map[string]any{"phase": st.phase, "secretName": n.Secret}
+	if st.data != nil {
+		status["ip"] = string(st.data[SecretKeyHost])
+		status["url"] = string(st.data[SecretKeyURL])
+		for k, v := range st.data {
+			dxr.ConnectionDetails[k] = v
+		}
+	}
+	for k, v := range status {
+		if err := dxr.Resource.SetValue("status."+k, v); err != nil {
+			return fmt.Errorf("cannot set status.%s: %w", k, err)
+		}
+	}
+	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
+		return fmt.Errorf("cannot set the desired composite resource: %w", err)
+	}
+	return nil
+}
+
+// targetNamespace is the namespace of the composed resources: the XR's own (a v2
+// namespaced Proxy) or, for a cluster-scoped legacy XR, its claim's. Nothing a user writes
+// in the spec can change it.
+func targetNamespace(xr *composite.Unstructured) (string, error) {
+	ns := xr.GetNamespace()
+	if ns == "" {
+		ns, _ = xr.GetString("spec.claimRef.namespace")
+		if ns == "" {
+			return "", fmt.Errorf("a cluster-scoped %s composes into its claim's namespace, but it has no spec.claimRef.namespace: create it through its claim", xr.GetKind())
+		}
+	}
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return "", fmt.Errorf("%q is not a valid namespace: %s", ns, msgs[0])
+	}
+	return ns, nil
+}
+
+// state is what the function learned from the observed composed resources.
+type state struct {
+	phase string
+	data  map[string][]byte // the Secret's data; nil while no address was ever known
+}
+
+type condition struct {
+	Type   string `json:"type"`
+	Status string `json:"status"`
+}
+
+func observe(observed map[resource.Name]resource.ObservedComposed, p Proxy) state {
+	st := state{phase: PhaseCreating}
+	if s, ok := observed[ResourceSecret]; ok {
+		if host := observedSecretHost(s.Resource); host != "" {
+			st.data = Endpoint{Host: host, Port: p.Port}.Data()
+		}
+	}
+	d, ok := observed[ResourceDomain]
+	if !ok {
+		return st
+	}
+	var conds []condition
+	_ = d.Resource.GetValueInto("status.conditions", &conds)
+	is := func(typ, status string) bool {
+		for _, c := range conds {
+			if c.Type == typ {
+				return c.Status == status
+			}
+		}
+		return false
+	}
+	ip, _ := d.Resource.GetString("status.atProvider.ipv4")
+	if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
+		st.data = Endpoint{Host: a.String(), Port: p.Port}.Data()
+	} else {
+		ip = ""
+	}
+	vmState, _ := d.Resource.GetString("status.atProvider.state")
+	switch {
+	case is("Ready", "True"):
+		st.phase = PhaseReady
+	case is("Synced", "False"):
+		st.phase = PhaseError
+	case vmState == "ShutOff":
+		st.phase = PhaseStopped
+	case ip != "":
+		st.phase = PhaseProbing
+	default:
+		st.phase = PhaseBooting
+	}
+	return st
+}
+
+// observedSecretHost returns the address in an observed Secret, or "" when it has none.
+func observedSecretHost(s *composed.Unstructured) string {
+	var data map[string][]byte // base64 in JSON, decoded by encoding/json
+	if err := s.GetValueInto("data", &data); err != nil {
+		return ""
+	}
+	a, err := netip.ParseAddr(string(data[SecretKeyHost]))
+	if err != nil || !a.Is4() {
+		return ""
+	}
+	return a.String()
+}

@@ -1,0 +1,242 @@
+package function
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+	"unicode"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Defaults of the Proxy API. The XRDs default the same fields; the function applies them
+// again so that it behaves the same when the API server did not (crossplane render without
+// --xrd, an XR written before a default was added).
+const (
+	DefaultHost           = "default"
+	DefaultVCPU           = 1
+	DefaultMemoryMiB      = 512
+	DefaultPort           = 3128
+	DefaultExpectedStatus = 204
+)
+
+// DefaultAllowedCIDRs are the RFC 1918 networks.
+var DefaultAllowedCIDRs = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"}
+
+// Limits shared with the XRDs' OpenAPI schemas and the KVMDomain API.
+const (
+	maxVCPU         = 256
+	minMemoryMiB    = 128
+	maxMemoryMiB    = 4194304
+	maxDiskSizeGiB  = 65536
+	maxDirectiveLen = 1024
+	maxDirectives   = 100
+	maxSSHKeyLen    = 8192
+	maxSSHKeys      = 32
+	maxCIDRs        = 64
+	maxURLLen       = 2048
+	minExpectedCode = 100
+	maxExpectedCode = 599
+	sha256HexLen    = 64
+	maxPortNumber   = 65535
+)
+
+var (
+	reSHA256   = regexp.MustCompile(`^[a-f0-9]{64}$`)
+	reImageURL = regexp.MustCompile(`^https?://[^\s]+$`)
+	reProbeURL = regexp.MustCompile(`^http://[^\s]+$`)
+)
+
+// ProxySpec is the spec of a Proxy (v2, namespaced) or of a legacy XProxy (created by a
+// ProxyClaim). Integers are pointers so that a missing field (defaulted) and an explicit
+// zero (invalid) differ. Unknown fields, among them the ones Crossplane adds (crossplane,
+// claimRef, resourceRefs) and any namespace a user might slip in, are ignored.
+type ProxySpec struct {
+	Host              string     `json:"host,omitempty"`
+	Image             ImageSpec  `json:"image"`
+	VCPU              *int64     `json:"vcpu,omitempty"`
+	MemoryMiB         *int64     `json:"memoryMiB,omitempty"`
+	DiskSizeGiB       *int64     `json:"diskSizeGiB,omitempty"`
+	Port              *int64     `json:"port,omitempty"`
+	AllowedCIDRs      []string   `json:"allowedCIDRs,omitempty"`
+	SquidDirectives   []string   `json:"squidDirectives,omitempty"`
+	SSHAuthorizedKeys []string   `json:"sshAuthorizedKeys,omitempty"`
+	Probe             *ProbeSpec `json:"probe,omitempty"`
+}
+
+// ImageSpec says which image the proxy boots: a shared BaseImage, or a new one to cache.
+type ImageSpec struct {
+	BaseImageName string `json:"baseImageName,omitempty"`
+	URL           string `json:"url,omitempty"`
+	SHA256        string `json:"sha256,omitempty"`
+}
+
+// ProbeSpec is the readiness probe sent through the proxy.
+type ProbeSpec struct {
+	URL            string `json:"url"`
+	ExpectedStatus *int64 `json:"expectedStatus,omitempty"`
+}
+
+// Proxy is a validated, defaulted ProxySpec.
+type Proxy struct {
+	Host              string
+	BaseImageName     string // a shared BaseImage; empty when the proxy caches its own
+	ImageURL          string // the image to cache; empty when BaseImageName is set
+	ImageSHA256       string
+	VCPU              int32
+	MemoryMiB         int32
+	DiskSizeGiB       *int32
+	Port              int32
+	AllowedCIDRs      []netip.Prefix
+	SquidDirectives   []string
+	SSHAuthorizedKeys []string
+	ProbeURL          string // empty: probe the port with TCP
+	ProbeStatus       int32
+}
+
+// Validate checks a ProxySpec and returns it defaulted. It reports every problem at once,
+// each naming the spec field, so a user can fix them in one go.
+func (s ProxySpec) Validate() (Proxy, error) {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("spec.%s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	p := Proxy{Host: s.Host}
+
+	if p.Host == "" {
+		p.Host = DefaultHost
+	}
+	for _, m := range validation.IsDNS1123Subdomain(p.Host) {
+		bad("host", "%q is not a valid ClusterProviderConfig name: %s", p.Host, m)
+	}
+
+	img := s.Image
+	switch {
+	case img.BaseImageName != "" && (img.URL != "" || img.SHA256 != ""):
+		bad("image", "set either baseImageName (share an existing BaseImage) or url and sha256 (cache a new one), not both")
+	case img.BaseImageName != "":
+		for _, m := range validation.IsDNS1123Subdomain(img.BaseImageName) {
+			bad("image.baseImageName", "%q is not a valid BaseImage name: %s", img.BaseImageName, m)
+		}
+		p.BaseImageName = img.BaseImageName
+	case img.URL == "" && img.SHA256 == "":
+		bad("image", "set either baseImageName (share an existing BaseImage) or url and sha256 (cache a new one)")
+	default:
+		if len(img.URL) > maxURLLen || !reImageURL.MatchString(img.URL) {
+			bad("image.url", "%q is not an http or https URL", img.URL)
+		}
+		if !reSHA256.MatchString(img.SHA256) {
+			bad("image.sha256", "must be %d lower-case hex characters, got %q", sha256HexLen, img.SHA256)
+		}
+		p.ImageURL, p.ImageSHA256 = img.URL, img.SHA256
+	}
+
+	p.VCPU = int32(intOr(s.VCPU, DefaultVCPU))
+	if v := intOr(s.VCPU, DefaultVCPU); v < 1 || v > maxVCPU {
+		bad("vcpu", "must be between 1 and %d, got %d", maxVCPU, v)
+	}
+	p.MemoryMiB = int32(intOr(s.MemoryMiB, DefaultMemoryMiB))
+	if v := intOr(s.MemoryMiB, DefaultMemoryMiB); v < minMemoryMiB || v > maxMemoryMiB {
+		bad("memoryMiB", "must be between %d and %d, got %d", minMemoryMiB, maxMemoryMiB, v)
+	}
+	if s.DiskSizeGiB != nil {
+		if v := *s.DiskSizeGiB; v < 1 || v > maxDiskSizeGiB {
+			bad("diskSizeGiB", "must be between 1 and %d, got %d", maxDiskSizeGiB, v)
+		} else {
+			d := int32(v)
+			p.DiskSizeGiB = &d
+		}
+	}
+	p.Port = int32(intOr(s.Port, DefaultPort))
+	if v := intOr(s.Port, DefaultPort); v < 1 || v > maxPortNumber {
+		bad("port", "must be between 1 and %d, got %d", maxPortNumber, v)
+	}
+
+	cidrs := s.AllowedCIDRs
+	if cidrs == nil {
+		cidrs = DefaultAllowedCIDRs
+	}
+	switch {
+	case len(cidrs) == 0:
+		bad("allowedCIDRs", "must list at least one network; nobody could use the proxy")
+	case len(cidrs) > maxCIDRs:
+		bad("allowedCIDRs", "must list at most %d networks, got %d", maxCIDRs, len(cidrs))
+	}
+	for i, c := range cidrs {
+		pfx, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			bad(fmt.Sprintf("allowedCIDRs[%d]", i), "%q is not a CIDR such as 10.0.0.0/8", c)
+			continue
+		}
+		p.AllowedCIDRs = append(p.AllowedCIDRs, pfx.Masked())
+	}
+
+	if len(s.SquidDirectives) > maxDirectives {
+		bad("squidDirectives", "must list at most %d directives, got %d", maxDirectives, len(s.SquidDirectives))
+	}
+	for i, d := range s.SquidDirectives {
+		if err := singleLine(d, maxDirectiveLen); err != nil {
+			bad(fmt.Sprintf("squidDirectives[%d]", i), "%v", err)
+		}
+	}
+	p.SquidDirectives = s.SquidDirectives
+
+	if len(s.SSHAuthorizedKeys) > maxSSHKeys {
+		bad("sshAuthorizedKeys", "must list at most %d keys, got %d", maxSSHKeys, len(s.SSHAuthorizedKeys))
+	}
+	for i, k := range s.SSHAuthorizedKeys {
+		if err := singleLine(k, maxSSHKeyLen); err != nil {
+			bad(fmt.Sprintf("sshAuthorizedKeys[%d]", i), "%v", err)
+		} else if strings.TrimSpace(k) == "" {
+			bad(fmt.Sprintf("sshAuthorizedKeys[%d]", i), "must not be empty")
+		}
+	}
+	p.SSHAuthorizedKeys = s.SSHAuthorizedKeys
+
+	if s.Probe != nil {
+		if len(s.Probe.URL) > maxURLLen || !reProbeURL.MatchString(s.Probe.URL) {
+			bad("probe.url", "%q is not an http:// URL (the probe fetches it through the proxy)", s.Probe.URL)
+		}
+		st := intOr(s.Probe.ExpectedStatus, DefaultExpectedStatus)
+		if st < minExpectedCode || st > maxExpectedCode {
+			bad("probe.expectedStatus", "must be an HTTP status between %d and %d, got %d", minExpectedCode, maxExpectedCode, st)
+		}
+		p.ProbeURL, p.ProbeStatus = s.Probe.URL, int32(st)
+	}
+
+	if len(errs) > 0 {
+		// One line: the message becomes an event and a condition message on the XR.
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return Proxy{}, errors.New(strings.Join(msgs, "; "))
+	}
+	return p, nil
+}
+
+func intOr(v *int64, def int64) int64 {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+// singleLine accepts one line of printable text: no line breaks or other control
+// characters (a tab is fine), at most max bytes.
+func singleLine(s string, maxLen int) error {
+	if len(s) > maxLen {
+		return fmt.Errorf("must be at most %d characters, got %d", maxLen, len(s))
+	}
+	for _, r := range s {
+		if r == '\n' || r == '\r' {
+			return fmt.Errorf("must be a single line: %q contains a line break", s)
+		}
+		if r != '\t' && (unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r == '\u0085') {
+			return fmt.Errorf("must not contain control characters: %q", s)
+		}
+	}
+	return nil
+}

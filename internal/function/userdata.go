@@ -1,0 +1,78 @@
+package function
+
+import (
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// SquidConfPath is where the proxy's squid configuration goes. Debian's squid.conf includes
+// /etc/squid/conf.d/*.conf before its own http_access rules, so an allow here takes effect.
+const SquidConfPath = "/etc/squid/conf.d/proxy.conf"
+
+// squidMainConf is Debian's main squid configuration. Its default "http_port 3128" is
+// commented out so that squid listens on the proxy's port only (a second http_port on the
+// same port would fail to bind).
+const squidMainConf = "/etc/squid/squid.conf"
+
+// cloudConfig is the subset of cloud-init's #cloud-config that a proxy needs. It is encoded
+// with a YAML encoder, never by pasting strings, so no user-given value can add YAML keys.
+type cloudConfig struct {
+	WriteFiles        []writeFile `json:"write_files"`
+	SSHAuthorizedKeys []string    `json:"ssh_authorized_keys,omitempty"`
+	RunCmd            [][]string  `json:"runcmd"`
+}
+
+type writeFile struct {
+	Path        string `json:"path"`
+	Owner       string `json:"owner"`
+	Permissions string `json:"permissions"`
+	Content     string `json:"content"`
+}
+
+// SquidConf renders the squid configuration of a proxy: its port, one acl line per allowed
+// network, the allow rule, a visible_hostname (the guest has no DNS to look its name up) and
+// the user's extra directives, one per line.
+func SquidConf(p Proxy, hostname string) string {
+	var b strings.Builder
+	b.WriteString("# Written by provider-kvm's function-kvm-proxy. Changes are lost on re-provisioning.\n")
+	fmt.Fprintf(&b, "http_port %d\n", p.Port)
+	for _, c := range p.AllowedCIDRs {
+		fmt.Fprintf(&b, "acl proxy_clients src %s\n", c)
+	}
+	b.WriteString("http_access allow proxy_clients\n")
+	fmt.Fprintf(&b, "visible_hostname %s\n", hostname)
+	for _, d := range p.SquidDirectives {
+		b.WriteString(d)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// UserData renders the #cloud-config user-data of a proxy: the squid configuration as a
+// file, the SSH keys, and commands that make squid listen on the proxy's port only and
+// (re)start it now and at every boot. The image must ship squid (Debian's package).
+func UserData(p Proxy, hostname string) (string, error) {
+	cc := cloudConfig{
+		WriteFiles: []writeFile{{
+			Path:        SquidConfPath,
+			Owner:       "root:root",
+			Permissions: "0644",
+			Content:     SquidConf(p, hostname),
+		}},
+		SSHAuthorizedKeys: p.SSHAuthorizedKeys,
+		RunCmd: [][]string{
+			{"sed", "-i", "-e", `s/^http_port[[:space:]]/# provider-kvm: see conf.d\/proxy.conf: &/`, squidMainConf},
+			// enable + restart rather than enable --now: on an image whose squid is already
+			// enabled it may have started with the default configuration before runcmd.
+			{"systemctl", "enable", "squid"},
+			{"systemctl", "restart", "squid"},
+		},
+	}
+	y, err := yaml.Marshal(cc)
+	if err != nil {
+		return "", fmt.Errorf("cannot encode cloud-config: %w", err)
+	}
+	return "#cloud-config\n" + string(y), nil
+}
