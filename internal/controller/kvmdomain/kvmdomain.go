@@ -157,7 +157,18 @@ func observeOnly(cr *v1alpha1.KVMDomain) bool {
 func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalObservation, error) {
 	name := meta.GetExternalName(cr)
 	d, err := e.lv.Domain(ctx, name)
-	if libvirt.IsNotFound(err) {
+	foreign := err == nil && !observeOnly(cr) && checkOwner(d, cr) != nil
+	if libvirt.IsNotFound(err) || (foreign && meta.WasDeleted(cr)) {
+		// A create that failed after the overlay was made leaves only the overlay; a domain of
+		// our name that is not ours is never ours to delete. While deleting, report our
+		// overlay if it exists, so that Delete removes it.
+		if meta.WasDeleted(cr) && !observeOnly(cr) {
+			_, verr := e.lv.Volume(ctx, e.pool(cr), names.Overlay(cr.GetNamespace(), cr.GetName(), string(cr.GetUID())))
+			if verr != nil && !libvirt.IsNotFound(verr) {
+				return managed.ExternalObservation{}, errors.Wrap(verr, errLookup)
+			}
+			return managed.ExternalObservation{ResourceExists: verr == nil}, nil
+		}
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	}
 	if err != nil {
@@ -505,10 +516,9 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 	case libvirt.IsNotFound(err):
 	case err != nil:
 		return managed.ExternalDelete{}, errors.Wrap(err, errLookup)
+	case checkOwner(d, cr) != nil:
+		// Not ours: leave the domain alone; only our own overlay goes.
 	default:
-		if err := checkOwner(d, cr); err != nil {
-			return managed.ExternalDelete{}, err
-		}
 		if d.State != libvirt.StateShutOff {
 			if err := e.powerOff(ctx, cr, name, d.State); err != nil {
 				return managed.ExternalDelete{}, err
