@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -69,11 +70,17 @@ func New(log logging.Logger) *Function {
 
 // RunFunction composes a proxy.
 func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	// response.To shares req's desired state with the response; keep a copy to fall back on.
+	in := proto.Clone(req).(*fnv1.RunFunctionRequest) //nolint:forcetypeassert // Clone keeps the type.
 	rsp := response.To(req, response.DefaultTTL)
 	if err := f.compose(req, rsp); err != nil {
-		f.log.Info("cannot compose proxy", "tag", req.GetMeta().GetTag(), "error", err.Error())
+		f.log.Debug("cannot compose proxy", "tag", req.GetMeta().GetTag(), "error", err.Error())
+		// Start over from the request, so that nothing half-built leaves this function.
+		rsp = response.To(in, response.DefaultTTL)
 		response.Fatal(rsp, err)
+		return rsp, nil
 	}
+	f.log.Debug("composed proxy", "tag", req.GetMeta().GetTag(), "resources", len(rsp.GetDesired().GetResources()))
 	return rsp, nil
 }
 

@@ -708,6 +708,20 @@ func TestRunFunctionKeepsOtherDesiredResources(t *testing.T) {
 	if _, ok := desired(rsp)["extra"]; !ok {
 		t.Errorf("a desired resource of an earlier step was dropped")
 	}
+
+	// A fatal result leaves the earlier steps' desired state exactly as it came.
+	req = newRequest(t, strings.Replace(minimalXR, "spec:\n", "spec:\n  port: 0\n", 1), nil)
+	req.Desired = &fnv1.State{Resources: map[string]*fnv1.Resource{
+		"extra": {Resource: st(t, "{apiVersion: v1, kind: ConfigMap, metadata: {name: x}}")},
+	}}
+	rsp = run(t, req)
+	if len(fatals(rsp)) != 1 {
+		t.Fatalf("want a fatal result, got %v", rsp.GetResults())
+	}
+	want := map[string]map[string]any{"extra": obj(t, "{apiVersion: v1, kind: ConfigMap, metadata: {name: x}}")}
+	if d := cmp.Diff(want, desired(rsp)); d != "" {
+		t.Errorf("desired resources after a fatal result (-want +got):\n%s", d)
+	}
 }
 
 func TestNamesFor(t *testing.T) {
