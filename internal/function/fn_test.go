@@ -777,3 +777,36 @@ func TestValidateDefaults(t *testing.T) {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// TestUserDataRoundTrip: whatever single-line directives a user writes, the YAML encoder
+// keeps them as text of the one file (exactly), and the cloud-config keeps its three keys.
+func TestUserDataRoundTrip(t *testing.T) {
+	directives := []string{
+		"trailing space ", "\tleading tab", "# a comment", "---", "...", "- runcmd: [reboot]",
+		"write_files: []", `"quoted" 'single'`, "key: value # comment", "{flow: map}", "[flow, seq]",
+		"&anchor *alias !!tag", "%YAML 1.2", "| literal", "> folded", "ünïcödé ✓", "@ ` reserved",
+		"  ", "",
+	}
+	p, err := ProxySpec{Image: ImageSpec{BaseImageName: "deb"}, SquidDirectives: directives}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ud, err := UserData(p, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cc parsedUserData
+	if err := yaml.UnmarshalStrict([]byte(ud), &cc); err != nil {
+		t.Fatalf("user-data: %v\n%s", err, ud)
+	}
+	if d := cmp.Diff(SquidConf(p, "web"), cc.WriteFiles[0].Content); d != "" {
+		t.Errorf("squid configuration after a YAML round trip (-want +got):\n%s\n%s", d, ud)
+	}
+	var top map[string]any
+	if err := yaml.Unmarshal([]byte(ud), &top); err != nil {
+		t.Fatal(err)
+	}
+	if len(top) != 2 { // runcmd, write_files (no ssh keys)
+		t.Errorf("top-level keys: %v", top)
+	}
+}
