@@ -145,7 +145,14 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 
 	st := observe(observed, p)
 	if st.data != nil {
-		add[ResourceSecret] = &resource.DesiredComposed{Resource: Secret(n, ns, st.data)}
+		sec := &resource.DesiredComposed{Resource: Secret(n, ns, st.data)}
+		if _, exists := observed[ResourceSecret]; exists {
+			// A Secret is ready once it exists. Say so rather than rely on the readiness
+			// step knowing Secrets: older function-auto-ready releases wait for a Ready
+			// condition, which a Secret never gets.
+			sec.Ready = resource.ReadyTrue
+		}
+		add[ResourceSecret] = sec
 	}
 	for name, d := range add {
 		desired[name] = d

@@ -506,6 +506,17 @@ data: {url: aHR0cDovLzE5Mi4xNjguMTIyLjQ5OjMxMjg=, host: MTkyLjE2OC4xMjIuNDk=, po
 			if _, ok := got[ResourceDomain]; !ok {
 				t.Errorf("no desired KVMDomain")
 			}
+			// An existing Secret is ready; the rest is left to function-auto-ready.
+			for name, r := range rsp.GetDesired().GetResources() {
+				_, observed := tc.observed[name]
+				want := fnv1.Ready_READY_UNSPECIFIED
+				if name == ResourceSecret && observed {
+					want = fnv1.Ready_READY_TRUE
+				}
+				if r.GetReady() != want {
+					t.Errorf("%s ready = %v, want %v", name, r.GetReady(), want)
+				}
+			}
 			conn := map[string]string{}
 			for k, v := range rsp.GetDesired().GetComposite().GetConnectionDetails() {
 				conn[k] = string(v)
