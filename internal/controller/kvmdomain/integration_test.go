@@ -208,6 +208,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		}
 	})
 
+	t.Cleanup(func() { _ = exec.Command("virsh", "-c", "qemu:///system", "undefine", "vms_foreign").Run() })
 	t.Run("ForeignDomainWithOurNameIsNotTouched", func(t *testing.T) {
 		foreign := `<domain type='qemu'><name>vms_foreign</name><memory unit='MiB'>128</memory><os><type arch='x86_64' machine='q35'>hvm</type></os></domain>`
 		f, err := os.CreateTemp(t.TempDir(), "foreign-*.xml")
@@ -217,7 +218,6 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		_, _ = f.WriteString(foreign)
 		_ = f.Close()
 		virsh(t, "define", f.Name())
-		t.Cleanup(func() { _ = exec.Command("virsh", "-c", "qemu:///system", "undefine", "vms_foreign").Run() })
 		fd := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "foreign"}, Spec: v1alpha1.KVMDomainSpec{
 			ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 256, BaseImageName: ptr("debian")}}}
 		if err := kube.Create(ctx, fd); err != nil {
@@ -243,6 +243,81 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		})
 		if got := virsh(t, "dumpxml", "vms_foreign"); !strings.Contains(got, "<memory unit='KiB'>131072</memory>") {
 			t.Errorf("foreign domain changed:\n%s", got)
+		}
+	})
+
+	t.Run("ObserveOnlyImport", func(t *testing.T) {
+		imp := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "imported",
+			Annotations: map[string]string{"crossplane.io/external-name": "vms_foreign"}},
+			Spec: v1alpha1.KVMDomainSpec{ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 256}}}
+		imp.SetManagementPolicies(xpv2.ManagementPolicies{xpv2.ManagementActionObserve})
+		if err := kube.Create(ctx, imp); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "foreign domain observed read-only", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(imp), imp); err != nil {
+				return err
+			}
+			if imp.Status.AtProvider.State != "ShutOff" || imp.GetCondition(xpv2.TypeSynced).Status != corev1.ConditionTrue {
+				return fmt.Errorf("state %q, Synced %q", imp.Status.AtProvider.State, imp.GetCondition(xpv2.TypeSynced).Message)
+			}
+			return nil
+		})
+		if err := kube.Delete(ctx, imp); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "import deleted", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(imp), imp); !kerrors.IsNotFound(err) {
+				return fmt.Errorf("still present (%v)", err)
+			}
+			return nil
+		})
+		if !exists(t, "domstate", "vms_foreign") {
+			t.Error("deleting an Observe-only import deleted the domain")
+		}
+	})
+
+	t.Run("ResizeIsPendingUntilRestart", func(t *testing.T) {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+			t.Fatal(err)
+		}
+		vm.Spec.ForProvider.MemoryMiB = 768
+		if err := kube.Update(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "restart pending", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+				return err
+			}
+			if !vm.Status.AtProvider.RestartPending {
+				return fmt.Errorf("restartPending false")
+			}
+			return nil
+		})
+		if x := virsh(t, "dumpxml", "--inactive", name); !strings.Contains(x, "<memory unit='KiB'>786432</memory>") {
+			t.Errorf("persistent definition does not have 768 MiB")
+		}
+		if x := virsh(t, "dumpxml", name); !strings.Contains(x, "<memory unit='KiB'>1048576</memory>") {
+			t.Errorf("the running guest's memory changed without a restart")
+		}
+	})
+
+	t.Run("StoppedShutsDownGracefully", func(t *testing.T) {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+			t.Fatal(err)
+		}
+		vm.Spec.ForProvider.PowerState = v1alpha1.PowerStateStopped
+		if err := kube.Update(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 3*time.Minute, "shut off", func() error {
+			if st := strings.TrimSpace(virsh(t, "domstate", name)); st != "shut off" {
+				return fmt.Errorf("state %s", st)
+			}
+			return nil
+		})
+		if r := strings.TrimSpace(virsh(t, "domstate", "--reason", name)); !strings.Contains(r, "shutdown") {
+			t.Errorf("domain state reason %q: want a guest shutdown, not a forced power-off", r)
 		}
 	})
 

@@ -53,6 +53,10 @@ const (
 	errWaitShutdown  = "waiting up to %s for the guest to shut down before it is removed"
 	errDeleteOverlay = "cannot delete the root disk overlay"
 
+	// Connection detail keys: the guest's address, for a connection Secret.
+	ConnectionIPv4 = "ipv4"
+	ConnectionMAC  = "mac"
+
 	reasonRestartPending = event.Reason("RestartPending")
 	reasonInputsChanged  = event.Reason("InputsChanged")
 	reasonForcedOff      = event.Reason("ForcedPowerOff")
@@ -216,7 +220,9 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
 	e.observeGuest(ctx, cr, name)
-	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
+	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
+		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
+	}}, nil
 }
 
 // observeGuest finds the guest's address and runs the readiness probe. It never waits: what

@@ -34,27 +34,36 @@ const userData = "#cloud-config\n# this comment must survive\nversion: 1.10\nrun
 // readISO returns the files at the root of an ISO image, by the names a guest sees.
 func readISO(t *testing.T, iso []byte) map[string][]byte {
 	t.Helper()
+	files, err := isoFiles(iso)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// isoFiles is readISO for polling: a volume being rewritten is not an ISO yet.
+func isoFiles(iso []byte) (map[string][]byte, error) {
 	img, err := iso9660.OpenImage(bytes.NewReader(iso))
 	if err != nil {
-		t.Fatalf("open ISO: %v", err)
+		return nil, fmt.Errorf("open ISO: %w", err)
 	}
 	root, err := img.RootDir()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	kids, err := root.GetChildren()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	out := map[string][]byte{}
 	for _, k := range kids {
 		b, err := io.ReadAll(k.Reader())
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		out[k.Name()] = b
 	}
-	return out
+	return out, nil
 }
 
 // TestSeedVolumeOnRealHost runs the SeedVolume controller against a real API server and the
@@ -130,8 +139,10 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 		t.Fatalf("truncate seed volume: %v", err)
 	}
 	testenv.Eventually(t, time.Minute, "truncated seed repaired", func() error {
-		if got := hostISO(); len(got) != int(sv.Status.AtProvider.SizeBytes) || string(readISO(t, got)["user-data"]) != userData {
-			return errorf("volume still damaged (%d bytes)", len(got))
+		got := hostISO()
+		files, err := isoFiles(got)
+		if err != nil || len(got) != int(sv.Status.AtProvider.SizeBytes) || string(files["user-data"]) != userData {
+			return errorf("volume still damaged (%d bytes, %v)", len(got), err)
 		}
 		return nil
 	})
@@ -156,6 +167,43 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 			t.Errorf("event leaks user-data: %s", e.Message)
 		}
 	}
+
+	// A host that cannot be reached: the resource says so, Synced=False with the reason.
+	t.Run("UnreachableHostIsReported", func(t *testing.T) {
+		cpc := &v1alpha1.ClusterProviderConfig{}
+		if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, cpc); err != nil {
+			t.Fatal(err)
+		}
+		down := &v1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "unreachable"}, Spec: *cpc.Spec.DeepCopy()}
+		down.Spec.Port = 1 // nothing listens there in the test bed's namespace
+		if err := kube.Create(ctx, down); err != nil {
+			t.Fatal(err)
+		}
+		lost := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "seeds", Name: "lost"}}
+		lost.SetProviderConfigReference(&xpv2.ProviderConfigReference{Kind: v1alpha1.ClusterProviderConfigKind, Name: "unreachable"})
+		if err := kube.Create(ctx, lost); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "connection failure reported", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(lost), lost); err != nil {
+				return err
+			}
+			s := lost.GetCondition(xpv2.TypeSynced)
+			if s.Status != corev1.ConditionFalse || !strings.Contains(s.Message, "cannot connect to the libvirt host of ClusterProviderConfig/unreachable") {
+				return errorf("Synced=%s %q", s.Status, s.Message)
+			}
+			return nil
+		})
+		// The reachable host's resource stays healthy meanwhile.
+		if err := kube.Get(ctx, key, sv); err != nil {
+			t.Fatal(err)
+		}
+		if sv.GetCondition(xpv2.TypeSynced).Status != corev1.ConditionTrue {
+			t.Errorf("the healthy SeedVolume is not Synced while another host is down: %q", sv.GetCondition(xpv2.TypeSynced).Message)
+		}
+		// lost stays: deleting it would (rightly) wait for the host to confirm; the control
+		// plane goes away with the test.
+	})
 
 	// Delete: the volume goes, then the resource.
 	path := sv.Status.AtProvider.Path
