@@ -62,10 +62,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.BaseImage] {
 			return &connector{
 				jobs: js, recorder: rec, http: &http.Client{},
-				conn: &connection.Connector{
-					Kube: mgr.GetClient(), Usage: resource.NewProviderConfigUsageTracker(mgr.GetClient(), &v1alpha1.ProviderConfigUsage{}),
-					Pool: pool, Recorder: rec,
-				},
+				conn: connection.NewConnector(mgr.GetClient(), pool, rec),
 			}
 		},
 	})

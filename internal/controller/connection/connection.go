@@ -99,3 +99,12 @@ func (s *Session) Conn() *host.Conn { return s.conn }
 
 // Address names the host: user@host:port or unix:SOCKET.
 func (s *Session) Address() string { return s.conn.Address() }
+
+// NewConnector returns the Connector a managed resource controller uses: usage is tracked
+// with ProviderConfigUsages, connections come from pool, warnings go to rec.
+func NewConnector(kube client.Client, pool Pool, rec event.Recorder) *Connector {
+	return &Connector{
+		Kube: kube, Usage: resource.NewProviderConfigUsageTracker(kube, &v1alpha1.ProviderConfigUsage{}),
+		Pool: pool, Recorder: rec,
+	}
+}

@@ -68,10 +68,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 			return &connector{
 				kube:     mgr.GetClient(),
 				recorder: rec,
-				conn: &connection.Connector{
-					Kube: mgr.GetClient(), Usage: resource.NewProviderConfigUsageTracker(mgr.GetClient(), &v1alpha1.ProviderConfigUsage{}),
-					Pool: pool, Recorder: rec,
-				},
+				conn:     connection.NewConnector(mgr.GetClient(), pool, rec),
 			}
 		},
 	})
