@@ -1,82 +1,28 @@
 package envtests
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/gate"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/providerconfig"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/testenv"
 )
-
-// startConfigControllers runs the ProviderConfig and ClusterProviderConfig controllers, as
-// the provider binary does, until the test ends.
-func startConfigControllers(t *testing.T) {
-	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := controller.Options{
-		Logger:                  logging.NewNopLogger(),
-		MaxConcurrentReconciles: 2,
-		PollInterval:            time.Second,
-		GlobalRateLimiter:       ratelimiter.NewGlobal(10),
-		Features:                &feature.Flags{},
-		Gate:                    new(gate.Gate[schema.GroupVersionKind]),
-	}
-	if err := config.Setup(mgr, o); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-}
-
-// eventually polls fn until it returns nil or the deadline passes.
-func eventually(t *testing.T, what string, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // TestConfigInUseCannotBeDeleted: while a managed resource's ProviderConfigUsage exists,
 // deleting its ProviderConfig or ClusterProviderConfig is held by a finalizer with an InUse
 // condition; once the usage is gone, the deletion completes.
 func TestConfigInUseCannotBeDeleted(t *testing.T) {
-	startConfigControllers(t)
+	(&testenv.Env{Config: cfg, Client: kube, Scheme: scheme}).Run(t, time.Second, config.Setup)
 	ensureNamespace(t, "usage")
 
 	spec := v1alpha1.ProviderConfigSpec{
@@ -109,7 +55,7 @@ func TestConfigInUseCannotBeDeleted(t *testing.T) {
 				t.Fatalf("track usage: %v", err)
 			}
 
-			eventually(t, "finalizer and users=1", func() error {
+			testenv.Eventually(t, 30*time.Second, "finalizer and users=1", func() error {
 				got := pc.DeepCopyObject().(resource.ProviderConfig)
 				if err := kube.Get(ctx, key, got); err != nil {
 					return err
@@ -123,7 +69,7 @@ func TestConfigInUseCannotBeDeleted(t *testing.T) {
 			if err := kube.Delete(ctx, pc); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "deletion held with an InUse condition", func() error {
+			testenv.Eventually(t, 30*time.Second, "deletion held with an InUse condition", func() error {
 				got := pc.DeepCopyObject().(resource.ProviderConfig)
 				if err := kube.Get(ctx, key, got); err != nil {
 					return err
@@ -147,7 +93,7 @@ func TestConfigInUseCannotBeDeleted(t *testing.T) {
 			if err := kube.Delete(ctx, &v1alpha1.ProviderConfigUsage{ObjectMeta: metav1.ObjectMeta{Namespace: "usage", Name: string(mg.GetUID())}}); err != nil {
 				t.Fatalf("delete usage: %v", err)
 			}
-			eventually(t, "config deleted once unused", func() error {
+			testenv.Eventually(t, 30*time.Second, "config deleted once unused", func() error {
 				err := kube.Get(ctx, key, pc.DeepCopyObject().(client.Object))
 				if kerrors.IsNotFound(err) {
 					return nil

@@ -64,6 +64,7 @@ const (
 	errLookupVol    = "cannot look up volume %q in pool %q on %s"
 	errCreateVol    = "cannot create volume %q in pool %q on %s"
 	errDeleteVol    = "cannot delete volume %q from pool %q on %s"
+	errResizeVol    = "cannot resize volume %q in pool %q on %s"
 	errUploadVol    = "cannot upload volume %q to pool %q on %s"
 	errDownloadVol  = "cannot download volume %q from pool %q on %s"
 	errRefreshPool  = "cannot refresh storage pool %q on %s"
@@ -197,10 +198,9 @@ func (c *Client) Volumes(ctx context.Context, pool string) ([]Volume, error) {
 	return out, errors.Wrapf(err, errListVols, pool, c.conn.Address())
 }
 
-// Volume looks up a volume. IsNotFound tells a missing volume (or pool).
-func (c *Client) Volume(ctx context.Context, pool, name string) (Volume, error) {
-	var v Volume
-	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+// withVolume runs fn on the named volume of pool.
+func (c *Client) withVolume(ctx context.Context, pool, name string, fn func(l *golibvirt.Libvirt, sv golibvirt.StorageVol) error) error {
+	return c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
 		sp, err := l.StoragePoolLookupByName(pool)
 		if err != nil {
 			return err
@@ -209,25 +209,35 @@ func (c *Client) Volume(ctx context.Context, pool, name string) (Volume, error) 
 		if err != nil {
 			return err
 		}
+		return fn(l, sv)
+	})
+}
+
+// Volume looks up a volume. IsNotFound tells a missing volume (or pool).
+func (c *Client) Volume(ctx context.Context, pool, name string) (Volume, error) {
+	var v Volume
+	err := c.withVolume(ctx, pool, name, func(l *golibvirt.Libvirt, sv golibvirt.StorageVol) error {
+		var err error
 		v, err = volume(l, pool, sv)
 		return err
 	})
 	return v, errors.Wrapf(err, errLookupVol, name, pool, c.conn.Address())
 }
 
+// ResizeVolume sets a volume's capacity, shrinking it too when size is smaller.
+func (c *Client) ResizeVolume(ctx context.Context, pool, name string, size uint64) error {
+	err := c.withVolume(ctx, pool, name, func(l *golibvirt.Libvirt, sv golibvirt.StorageVol) error {
+		return l.StorageVolResize(sv, size, golibvirt.StorageVolResizeShrink)
+	})
+	return errors.Wrapf(err, errResizeVol, name, pool, c.conn.Address())
+}
+
 // VolumePhysicalBytes returns the size of the volume's file on the host
 // (st_size of a file; a qcow2's file size, not its virtual size).
 func (c *Client) VolumePhysicalBytes(ctx context.Context, pool, name string) (uint64, error) {
 	var n uint64
-	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
-		sp, err := l.StoragePoolLookupByName(pool)
-		if err != nil {
-			return err
-		}
-		sv, err := l.StorageVolLookupByName(sp, name)
-		if err != nil {
-			return err
-		}
+	err := c.withVolume(ctx, pool, name, func(l *golibvirt.Libvirt, sv golibvirt.StorageVol) error {
+		var err error
 		_, _, n, err = l.StorageVolGetInfoFlags(sv, uint32(golibvirt.StorageVolGetPhysical))
 		return err
 	})

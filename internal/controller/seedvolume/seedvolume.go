@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"io"
 
-	golibvirt "github.com/digitalocean/go-libvirt"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -81,6 +80,7 @@ type Storage interface {
 	Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error
 	Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error
 	DeleteVolume(ctx context.Context, pool, name string) error
+	ResizeVolume(ctx context.Context, pool, name string, size uint64) error
 	DomainDisks(ctx context.Context) ([]libvirt.DomainDisk, error)
 }
 
@@ -97,25 +97,8 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (manag
 	}
 	return &external{
 		kube: c.kube, recorder: c.recorder, defaults: s.Defaults,
-		storage: libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)), resize: resizer(s),
+		storage: libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)),
 	}, nil
-}
-
-// resizer sets a volume's capacity, shrinking too: a new seed may be smaller than the old.
-func resizer(s *connection.Session) func(ctx context.Context, pool, name string, size uint64) error {
-	return func(ctx context.Context, pool, name string, size uint64) error {
-		return s.Do(ctx, func(l *golibvirt.Libvirt) error {
-			sp, err := l.StoragePoolLookupByName(pool)
-			if err != nil {
-				return err
-			}
-			sv, err := l.StorageVolLookupByName(sp, name)
-			if err != nil {
-				return err
-			}
-			return l.StorageVolResize(sv, size, golibvirt.StorageVolResizeShrink)
-		})
-	}
 }
 
 type external struct {
@@ -123,7 +106,6 @@ type external struct {
 	recorder event.Recorder
 	defaults v1alpha1.HostDefaults
 	storage  Storage
-	resize   func(ctx context.Context, pool, name string, size uint64) error
 }
 
 func (e *external) pool(cr *v1alpha1.SeedVolume) string {
@@ -254,7 +236,7 @@ func (e *external) Update(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 	// Rewrite in place: a running guest may hold the cdrom open, so the file is never
 	// deleted under it.
 	if vol.CapacityBytes != uint64(len(s.ISO)) {
-		if err := e.resize(ctx, pool, name, uint64(len(s.ISO))); err != nil {
+		if err := e.storage.ResizeVolume(ctx, pool, name, uint64(len(s.ISO))); err != nil {
 			return managed.ExternalUpdate{}, errors.Wrap(err, errResize)
 		}
 	}

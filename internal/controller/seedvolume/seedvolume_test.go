@@ -27,6 +27,7 @@ type fakeStorage struct {
 	download func(pool, name string, w io.Writer) error
 	delete   func(pool, name string) error
 	disks    func() ([]libvirt.DomainDisk, error)
+	resize   func(pool, name string, size uint64) error
 }
 
 func (f *fakeStorage) Volume(_ context.Context, pool, name string) (libvirt.Volume, error) {
@@ -46,6 +47,9 @@ func (f *fakeStorage) DeleteVolume(_ context.Context, pool, name string) error {
 	return f.delete(pool, name)
 }
 func (f *fakeStorage) DomainDisks(context.Context) ([]libvirt.DomainDisk, error) { return f.disks() }
+func (f *fakeStorage) ResizeVolume(_ context.Context, pool, name string, size uint64) error {
+	return f.resize(pool, name, size)
+}
 
 var errNotFound = golibvirt.Error{Code: uint32(golibvirt.ErrNoStorageVol), Message: "no volume"}
 
