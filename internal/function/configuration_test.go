@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -198,7 +199,8 @@ func TestCompositions(t *testing.T) {
 		for _, s := range c.Spec.Pipeline {
 			steps = append(steps, s.Step+"="+s.FunctionRef.Name)
 		}
-		if d := cmp.Diff([]string{"compose-proxy=function-kvm-proxy", "auto-ready=function-auto-ready"}, steps); d != "" {
+		want := []string{"compose-proxy=" + functionName(t, "function-kvm-proxy"), "auto-ready=" + functionName(t, "function-auto-ready")}
+		if d := cmp.Diff(want, steps); d != "" {
 			t.Errorf("%s pipeline (-want +got):\n%s", file, d)
 		}
 	}
@@ -228,4 +230,26 @@ func TestConfigurationMeta(t *testing.T) {
 	if d := cmp.Diff(want, deps); d != "" {
 		t.Errorf("dependsOn (-want +got):\n%s", d)
 	}
+}
+
+// functionName is the name Crossplane gives the Function that the Configuration's dependsOn
+// entry for the repository ending in /suffix installs: the repository path (without the
+// registry) as a DNS label. The Compositions must use these names, or an installed
+// Configuration's pipeline would name Functions that do not exist.
+func functionName(t *testing.T, suffix string) string {
+	t.Helper()
+	var c metav1pkg.Configuration
+	readStrict(t, "crossplane.yaml", &c)
+	for _, d := range c.Spec.DependsOn {
+		if d.Kind == nil || *d.Kind != "Function" || d.Package == nil || !strings.HasSuffix(*d.Package, "/"+suffix) {
+			continue
+		}
+		repo := *d.Package
+		if i := strings.Index(repo, "/"); i >= 0 && strings.ContainsAny(repo[:i], ".:") {
+			repo = repo[i+1:]
+		}
+		return strings.ReplaceAll(repo, "/", "-")
+	}
+	t.Fatalf("crossplane.yaml has no Function dependency ending in /%s", suffix)
+	return ""
 }
