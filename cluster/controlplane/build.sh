@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Build the binaries that controller-runtime's envtest needs (kube-apiserver and etcd) from Go
-# modules only: no Docker, no kind, no release tarballs. The binaries land in a cache directory
+# Build the control plane binaries from Go modules only: no Docker, no kind, no release
+# tarballs. kube-apiserver and etcd are what controller-runtime's envtest needs; make e2e and
+# make demo also run kube-controller-manager (only its garbage collector: Crossplane relies on
+# it to delete composed resources) and use kubectl. The binaries land in a cache directory
 # outside the repository so later runs (and later CI runs on the same machine) skip the build.
 #
-#   cluster/controlplane/build.sh [BIN_DIR]     # default ${XDG_CACHE_HOME:-~/.cache}/provider-kvm/bin
+#   cluster/controlplane/build.sh [BIN_DIR] [TARGET...]
+#       BIN_DIR default ${XDG_CACHE_HOME:-~/.cache}/provider-kvm/bin
+#       TARGET: kube-apiserver etcd kube-controller-manager kubectl (default: all)
 #   KUBEBUILDER_ASSETS=BIN_DIR go test ./...
 #
 # Idempotent: a binary that already reports the wanted version is kept. Concurrent runs are
@@ -14,6 +18,9 @@
 set -euo pipefail
 
 BIN=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm/bin}
+shift || true
+TARGETS=("$@")
+[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(kube-apiserver etcd kube-controller-manager kubectl)
 K8S_VERSION=${K8S_VERSION:-v1.35.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.6}
 WORK=${WORK_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm/controlplane-build}
@@ -37,17 +44,21 @@ has_version() {
 # k8s.io/kubernetes points its staging modules (k8s.io/api, ...) at ./staging/..., which a
 # dependent module cannot see. A scratch module re-points each v0.0.0 requirement at the
 # published v0.<minor>.<patch> release of the same Kubernetes version.
+# The commands built from k8s.io/kubernetes; the scratch module lists them as tools so that
+# `go mod tidy` records every module they need. .tidy-ok holds the list it was tidied for.
+K8S_TOOLS="cmd/kube-apiserver cmd/kube-controller-manager cmd/kubectl"
 k8s_module() {
-	local dir=$WORK/k8s-$K8S_VERSION json gomod
+	local dir=$WORK/k8s-$K8S_VERSION json gomod t
 	mkdir -p "$dir"
-	if [[ ! -e $dir/.tidy-ok ]]; then
+	if [[ ! -e $dir/.tidy-ok || $(cat "$dir/.tidy-ok") != "$K8S_TOOLS" ]]; then
 		json=$(cd "$WORK" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION")
 		gomod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$json")
 		[[ -s $gomod ]] || { log "cannot read go.mod of k8s.io/kubernetes@$K8S_VERSION"; exit 1; }
 		{
 			printf 'module controlplane/k8s\n\ngo 1.25.0\n\ngodebug default=go1.25\n\n'
 			printf 'require k8s.io/kubernetes %s\n\n' "$K8S_VERSION"
-			printf 'tool k8s.io/kubernetes/cmd/kube-apiserver\n\n'
+			for t in $K8S_TOOLS; do printf 'tool k8s.io/kubernetes/%s\n' "$t"; done
+			printf '\n'
 			printf 'replace (\n'
 			awk -v v="v0.${K8S_VERSION#v1.}" '
 				/^require \(/ {r=1; next}  r && /^\)/ {r=0}
@@ -55,23 +66,24 @@ k8s_module() {
 			printf ')\n'
 		} >"$dir/go.mod"
 		(cd "$dir" && go mod tidy) >&2
-		touch "$dir/.tidy-ok"
+		echo "$K8S_TOOLS" >"$dir/.tidy-ok"
 	fi
 	echo "$dir"
 }
 
-build_apiserver() {
-	local dir minor ld="-s -w" p t0=$SECONDS
+# build_k8s NAME ABOUT: build k8s.io/kubernetes/cmd/NAME into $BIN/NAME, version-stamped.
+build_k8s() {
+	local name=$1 about=$2 dir minor ld="-s -w" p t0=$SECONDS
 	dir=$(k8s_module)
 	minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 	# Without these stamps /version reports v0.0.0-master and clients warn about skew.
 	for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
 		ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
 	done
-	log "building kube-apiserver $K8S_VERSION (about 7 minutes on 2 cores with a cold build cache)"
-	(cd "$dir" && go build -trimpath -ldflags="$ld" -o "$BIN/.kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-	mv -f "$BIN/.kube-apiserver.tmp" "$BIN/kube-apiserver"
-	log "kube-apiserver built in $((SECONDS - t0))s"
+	log "building $name $K8S_VERSION ($about)"
+	(cd "$dir" && go build -trimpath -ldflags="$ld" -o "$BIN/.$name.tmp" "k8s.io/kubernetes/cmd/$name")
+	mv -f "$BIN/.$name.tmp" "$BIN/$name"
+	log "$name built in $((SECONDS - t0))s"
 }
 
 build_etcd() {
@@ -100,8 +112,35 @@ build_etcd() {
 	log "etcd built in $((SECONDS - t0))s"
 }
 
-has_version "$BIN/kube-apiserver" "Kubernetes $K8S_VERSION" || build_apiserver
-has_version "$BIN/etcd" "etcd Version: ${ETCD_VERSION#v}" || build_etcd
+# kubectl has no --version; its `version --client` prints "Client Version: v1.35.3".
+kubectl_ok() {
+	local out
+	[[ -x $BIN/kubectl ]] && out=$("$BIN/kubectl" version --client 2>/dev/null) && [[ ${out%%$'\n'*} == "Client Version: $K8S_VERSION" ]]
+}
 
-log "$("$BIN/kube-apiserver" --version), $("$BIN/etcd" --version 2>&1 | head -n1)"
+for t in "${TARGETS[@]}"; do
+	case $t in
+	kube-apiserver)
+		has_version "$BIN/kube-apiserver" "Kubernetes $K8S_VERSION" ||
+			build_k8s kube-apiserver "about 7 minutes on 2 cores with a cold build cache" ;;
+	kube-controller-manager)
+		has_version "$BIN/kube-controller-manager" "Kubernetes $K8S_VERSION" ||
+			build_k8s kube-controller-manager "about 3 minutes after kube-apiserver" ;;
+	kubectl)
+		kubectl_ok || build_k8s kubectl "about 1 minute after kube-apiserver" ;;
+	etcd)
+		has_version "$BIN/etcd" "etcd Version: ${ETCD_VERSION#v}" || build_etcd ;;
+	*)
+		log "unknown target $t"
+		exit 2 ;;
+	esac
+done
+
+for t in "${TARGETS[@]}"; do
+	case $t in
+	etcd) log "etcd: $("$BIN/etcd" --version 2>&1 | head -n1)" ;;
+	kubectl) log "kubectl: $("$BIN/kubectl" version --client 2>/dev/null | head -n1)" ;;
+	*) log "$t: $("$BIN/$t" --version)" ;;
+	esac
+done
 echo "$BIN"
