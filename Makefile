@@ -60,6 +60,19 @@ lint: ## go vet and gofmt.
 build: ## Build the provider binary into _output/.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o _output/provider ./cmd/provider
 
+# The crossplane CLI and function-auto-ready, built once by cluster/crossplane/build.sh; the
+# tests in internal/crossplanetests and cluster/xpkg/build.sh find them through these.
+export CROSSPLANE_CLI ?= $(CACHE_DIR)/bin/crossplane
+export FUNCTION_AUTO_READY ?= $(CACHE_DIR)/bin/function-auto-ready
+
+.PHONY: tools
+tools: ## Build the crossplane CLI, core, function-auto-ready and crane into $(CACHE_DIR)/bin (once; ~12 min cold).
+	BIN_DIR="$(CACHE_DIR)/bin" cluster/crossplane/build.sh
+
+.PHONY: xpkg
+xpkg: tools ## Build the provider, function and configuration packages into _output/xpkg/ (offline, no Docker).
+	VERSION="$(VERSION)" cluster/xpkg/build.sh
+
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver and etcd for envtest into $(KUBEBUILDER_ASSETS) (once; ~7 min cold).
 	cluster/controlplane/build.sh "$(KUBEBUILDER_ASSETS)"
@@ -87,7 +100,7 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # The whole suite runs inside the test bed's network namespace: the SSH server and the guests
 # live there, and the envtest control plane only needs loopback, which the namespace has.
 .PHONY: test
-test: deps controlplane testbed-up image ## The README's test command: all tests with real parts.
+test: deps controlplane tools testbed-up image ## The README's test command: all tests with real parts.
 	CI="$${CI:-}" cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
