@@ -52,13 +52,14 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/provider-kvm-xpkg.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
 log "version $VERSION; building binaries"
-go build -o "$WORK/mkimage" ./cluster/xpkg/mkimage
+mkdir -p "$WORK/bin"
+go build -o "$WORK/bin/mkimage" ./cluster/xpkg/mkimage
 for cmd in provider function; do
 	prebuilt=${cmd^^}_BIN
 	if [[ -n ${!prebuilt:-} ]]; then
-		cp "${!prebuilt}" "$WORK/$cmd"
+		cp "${!prebuilt}" "$WORK/bin/$cmd"
 	else
-		CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "$LDFLAGS" -o "$WORK/$cmd" "./cmd/$cmd"
+		CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "$LDFLAGS" -o "$WORK/bin/$cmd" "./cmd/$cmd"
 	fi
 done
 
@@ -70,10 +71,10 @@ if [[ -n $CA_BUNDLE ]]; then
 	}
 	ca=(-file "$CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt")
 fi
-"$WORK/mkimage" -binary "$WORK/provider" -path /usr/local/bin/provider \
-	-tag "$REGISTRY/provider-kvm:$VERSION" "${ca[@]}" -o "$WORK/provider-image.tar"
-"$WORK/mkimage" -binary "$WORK/function" -path /usr/local/bin/function \
-	-tag "$REGISTRY/function-kvm-proxy:$VERSION" -o "$WORK/function-image.tar"
+"$WORK/bin/mkimage" -binary "$WORK/bin/provider" -path /usr/local/bin/provider \
+	-tag "$REGISTRY/provider-kvm:$VERSION" "${ca[@]}" -o "$WORK/bin/provider-image.tar"
+"$WORK/bin/mkimage" -binary "$WORK/bin/function" -path /usr/local/bin/function \
+	-tag "$REGISTRY/function-kvm-proxy:$VERSION" -o "$WORK/bin/function-image.tar"
 
 # stage NAME FILE... copies the files (paths relative to package/) into $WORK/NAME.
 stage() {
@@ -100,8 +101,8 @@ xpkg() {
 	rm -f "$OUT/$name.xpkg"
 	"$CLI" "${args[@]}"
 }
-xpkg provider-kvm "$WORK/provider" "$WORK/provider-image.tar"
-xpkg function-kvm-proxy "$WORK/function/function" "$WORK/function-image.tar"
+xpkg provider-kvm "$WORK/provider" "$WORK/bin/provider-image.tar"
+xpkg function-kvm-proxy "$WORK/function/function" "$WORK/bin/function-image.tar"
 xpkg configuration-kvm-proxy "$WORK/configuration/configuration"
 
 for name in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
