@@ -15,6 +15,7 @@ import (
 	fnsdk "github.com/crossplane/function-sdk-go"
 
 	"github.com/provider-kvm/provider-kvm/internal/function"
+	"github.com/provider-kvm/provider-kvm/internal/version"
 )
 
 func main() {
@@ -51,6 +52,6 @@ func run(args []string) error {
 	} else {
 		opts = append(opts, fnsdk.MTLSCertificates(*certs))
 	}
-	log.Info("serving", "address", *addr, "insecure", *insecure)
+	log.Info("serving", "version", version.Version, "address", *addr, "insecure", *insecure)
 	return fnsdk.Serve(function.New(log), opts...)
 }

@@ -162,6 +162,9 @@ func TestRender(t *testing.T) {
 						t.Errorf("render's error does not say %q:\n%s", s, out.stderr)
 					}
 				}
+				// render stops at a fatal result and prints no object at all; that the
+				// function's own response holds no composed resources is tested in
+				// internal/function (TestRunFunctionInvalid).
 				for _, o := range out.objects {
 					if o.GetKind() != "Result" {
 						t.Errorf("a fatal result composed %s %s; want nothing", o.GetKind(), o.GetName())
