@@ -28,11 +28,13 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${XPKG_OUTPUT_DIR:-$ROOT/_output/xpkg}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd) # a relative XPKG_OUTPUT_DIR is relative to the caller's directory
 cd "$ROOT"
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
 
-OUT=${XPKG_OUTPUT_DIR:-$ROOT/_output/xpkg}
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)}
 CLI=${CROSSPLANE_CLI:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm/bin/crossplane}
 CA_BUNDLE=${CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}
@@ -46,8 +48,6 @@ log() { printf '[xpkg] %s\n' "$*" >&2; }
 	exit 1
 }
 
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/provider-kvm-xpkg.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
