@@ -37,6 +37,7 @@ type renderCase struct {
 	composition string
 	xrd         string
 	observed    string // --observed-resources, optional
+	fullXR      bool   // --include-full-xr: print the XR's spec as defaulted by --xrd
 	wantFail    bool   // render exits non-zero (a fatal result)
 	check       func(t *testing.T, out rendered)
 }
@@ -60,8 +61,9 @@ func TestRender(t *testing.T) {
 
 	cases := []renderCase{
 		{
-			name: "proxy-minimal", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2,
+			name: "proxy-minimal", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2, fullXR: true,
 			check: func(t *testing.T, out rendered) {
+				out.wantDefaults(t)
 				out.wantStatus(t, map[string]any{"phase": "Creating", "secretName": "egress-proxy"})
 				out.wantReady(t, "False", "Creating")
 				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress")
@@ -104,8 +106,9 @@ func TestRender(t *testing.T) {
 			},
 		},
 		{
-			name: "xproxy-from-claim", composition: compositionLegacy, xrd: xrdLegacy,
+			name: "xproxy-from-claim", composition: compositionLegacy, xrd: xrdLegacy, fullXR: true,
 			check: func(t *testing.T, out rendered) {
+				out.wantDefaults(t)
 				out.wantStatus(t, map[string]any{"phase": "Creating", "secretName": "egress-x7k2p-proxy"})
 				out.wantComposed(t, "SeedVolume/seed/egress-x7k2p-seed", "KVMDomain/domain/egress-x7k2p")
 				for _, o := range out.objects[1:] {
@@ -183,6 +186,9 @@ func TestRender(t *testing.T) {
 			args := []string{"render", xr, tc.composition, functions, "--xrd=" + tc.xrd, "--include-function-results"}
 			if tc.observed != "" {
 				args = append(args, "--observed-resources="+tc.observed)
+			}
+			if tc.fullXR {
+				args = append(args, "--include-full-xr")
 			}
 			r := run(t, root, nil, cli, args...)
 			t.Logf("crossplane render took %v", r.took.Round(time.Millisecond))
@@ -291,6 +297,19 @@ func (r rendered) wantStatus(t *testing.T, want map[string]any) {
 	if d := cmp.Diff(want, st); d != "" {
 		t.Errorf("XR status (-want +got):\n%s", d)
 	}
+}
+
+// wantDefaults checks that --xrd applied the XRD's defaults to the XR's spec (the function
+// defaults the same fields itself, so the composed resources alone would not show it).
+func (r rendered) wantDefaults(t *testing.T) {
+	t.Helper()
+	xr := r.xr(t)
+	wantField(t, xr, "spec.host", "default")
+	wantField(t, xr, "spec.vcpu", int64(1))
+	wantField(t, xr, "spec.memoryMiB", int64(512))
+	wantField(t, xr, "spec.port", int64(3128))
+	wantField(t, xr, "spec.probe.expectedStatus", int64(204))
+	wantField(t, xr, "spec.allowedCIDRs", []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"})
 }
 
 func (r rendered) wantReady(t *testing.T, status, reason string) {
