@@ -109,8 +109,8 @@ func TestRender(t *testing.T) {
 			name: "xproxy-from-claim", composition: compositionLegacy, xrd: xrdLegacy, fullXR: true,
 			check: func(t *testing.T, out rendered) {
 				out.wantDefaults(t)
-				out.wantStatus(t, map[string]any{"phase": "Creating", "secretName": "egress-x7k2p-proxy"})
-				out.wantComposed(t, "SeedVolume/seed/egress-x7k2p-seed", "KVMDomain/domain/egress-x7k2p")
+				out.wantStatus(t, map[string]any{"phase": "Creating", "secretName": "egress-proxy"})
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress")
 				for _, o := range out.objects[1:] {
 					if o.GetKind() != "Result" && o.GetNamespace() != "team-c" {
 						t.Errorf("%s %s is composed into namespace %q, want the claim's namespace team-c", o.GetKind(), o.GetName(), o.GetNamespace())

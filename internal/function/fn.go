@@ -107,7 +107,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return fmt.Errorf("invalid %s: %w", what, err)
 	}
-	n := NamesFor(xr.GetName())
+	n := NamesFor(baseName(xr))
 
 	observed, err := request.GetObservedComposedResources(req)
 	if err != nil {
@@ -178,6 +178,21 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return fmt.Errorf("cannot set the desired composite resource: %w", err)
 	}
 	return nil
+}
+
+// baseName is the name the composed resources are named after: the XR's own for a v2
+// Proxy, and the claim's for a legacy XR made by a claim, so that the application team
+// finds <claim>-proxy, not a Secret named after a generated XR name it never sees. Claim
+// names are unique in their namespace, which is where the resources go. A Proxy and a
+// ProxyClaim of the same name in one namespace would want the same names; Crossplane then
+// refuses to take over the other one's resources and says so on the second.
+func baseName(xr *composite.Unstructured) string {
+	if xr.GetNamespace() == "" {
+		if c, _ := xr.GetString("spec.claimRef.name"); c != "" && len(validation.IsDNS1123Subdomain(c)) == 0 {
+			return c
+		}
+	}
+	return xr.GetName()
 }
 
 // targetNamespace is the namespace of the composed resources: the XR's own (a v2

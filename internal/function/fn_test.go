@@ -687,10 +687,11 @@ spec:
 	mustNoFatal(t, rsp)
 	got := desired(rsp)
 	want := map[string]string{
-		ResourceBaseImage: "team-c/web-x7k2p-image",
-		ResourceSeed:      "team-c/web-x7k2p-seed",
-		ResourceDomain:    "team-c/web-x7k2p",
-		ResourceSecret:    "team-c/web-x7k2p-proxy",
+		// Named after the claim, which is what the team sees, not the generated XR name.
+		ResourceBaseImage: "team-c/web-image",
+		ResourceSeed:      "team-c/web-seed",
+		ResourceDomain:    "team-c/web",
+		ResourceSecret:    "team-c/web-proxy",
 	}
 	gotNames := map[string]string{}
 	for name, o := range got {
@@ -701,7 +702,7 @@ spec:
 		t.Errorf("composed namespace/name (-want +got):\n%s", d)
 	}
 	fp := got[ResourceDomain]["spec"].(map[string]any)["forProvider"].(map[string]any)
-	if d := cmp.Diff(obj(t, "{name: web-x7k2p-image}"), fp["baseImageRef"]); d != "" {
+	if d := cmp.Diff(obj(t, "{name: web-image}"), fp["baseImageRef"]); d != "" {
 		t.Errorf("baseImageRef (-want +got):\n%s", d)
 	}
 	if s := xrStatus(rsp); s["url"] != "http://192.168.122.50:3128" || s["phase"] != PhaseReady {
