@@ -1,7 +1,10 @@
 # provider-kvm: a Crossplane provider for libvirt/KVM hosts reached over SSH.
 #
-#   make test          unit tests, envtests (real kube-apiserver + etcd) and integration
-#                      tests against a real libvirtd + sshd test bed in a network namespace
+#   make demo          a real control plane (Crossplane core, our packages, provider) and one
+#                      running Proxy VM on the test bed; prints how to use it (make demo-down)
+#   make test          unit tests, envtests (real kube-apiserver + etcd), integration tests
+#                      against a real libvirtd + sshd test bed in a network namespace, then
+#                      make e2e (Proxies end to end on a real control plane)
 #   make run           run the provider against the cluster in $KUBECONFIG
 #   make generate      regenerate deepcopy, method sets, resolvers and CRDs
 #   make help          all targets
@@ -34,7 +37,7 @@ LDFLAGS := -X github.com/provider-kvm/provider-kvm/internal/version.Version=$(VE
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
 deps: ## Download the Go modules (tests then run offline inside the test bed's namespace).
@@ -74,7 +77,7 @@ xpkg: tools ## Build the provider, function and configuration packages into _out
 	VERSION="$(VERSION)" cluster/xpkg/build.sh
 
 .PHONY: controlplane
-controlplane: ## Build kube-apiserver and etcd for envtest into $(KUBEBUILDER_ASSETS) (once; ~7 min cold).
+controlplane: ## Build kube-apiserver, etcd, kube-controller-manager, kubectl into $(KUBEBUILDER_ASSETS) (once; ~12 min cold).
 	cluster/controlplane/build.sh "$(KUBEBUILDER_ASSETS)"
 
 .PHONY: testbed-up
@@ -100,8 +103,27 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # The whole suite runs inside the test bed's network namespace: the SSH server and the guests
 # live there, and the envtest control plane only needs loopback, which the namespace has.
 .PHONY: test
-test: deps controlplane tools testbed-up image ## The README's test command: all tests with real parts.
+test: deps controlplane tools testbed-up image ## The README's test command: all tests with real parts, then make e2e.
 	CI="$${CI:-}" cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory e2e
+
+# End to end on a real control plane (cluster/e2e, docs/e2e.md): etcd, kube-apiserver and
+# kube-controller-manager, the Crossplane core out of cluster, the packages of make xpkg
+# installed from a loopback registry, the functions and the provider as local processes, all
+# inside the test bed's network namespace; Proxies boot real guests under TCG.
+E2E_DEPS := deps controlplane tools xpkg testbed-up image
+
+.PHONY: e2e
+e2e: $(E2E_DEPS) ## Proxies end to end: two Proxies, a claim, squid 204, deletion, timeline vs plain virsh (~15 min).
+	cluster/e2e/run.sh
+
+.PHONY: demo
+demo: $(E2E_DEPS) ## Bring up the control plane and one running Proxy, print how to use it (first run builds ~25 min).
+	cluster/e2e/demo.sh up
+
+.PHONY: demo-down
+demo-down: ## Stop make demo: delete its Proxy through Kubernetes, stop its processes, check the host is clean.
+	cluster/e2e/demo.sh down
 
 .PHONY: bench
 bench: deps testbed-up ## Benchmarks (libvirt round trip over pooled SSH, connection open).

@@ -190,16 +190,17 @@ wait_for "ProxyClaim team-b/proxy-c to get its XProxy" 120 \
 XR_C=$(k -n team-b get proxyclaims.platform.kvm.crossplane.io proxy-c -o jsonpath='{.spec.resourceRef.name}')
 log "  ProxyClaim team-b/proxy-c -> XProxy $XR_C"
 watch team-b proxyclaims.platform.kvm.crossplane.io proxy-c "crossplane.io/composite=$XR_C" "$t" "team-b/proxy-c (claim)"
-check_endpoint "team-b/proxy-c (claim)" team-b "$XR_C-proxy" get xproxies.platform.kvm.crossplane.io "$XR_C"
+# A claim's composed resources are named after the claim (proxy-c-*), not after its XProxy.
+check_endpoint "team-b/proxy-c (claim)" team-b proxy-c-proxy -n team-b get proxyclaims.platform.kvm.crossplane.io proxy-c
 wait_for "the claim's connection Secret team-b/proxy-c-connection" 120 k -n team-b get secret proxy-c-connection ||
 	die "ProxyClaim team-b/proxy-c: no connection Secret proxy-c-connection"
 [[ $(k -n team-b get secret proxy-c-connection -o jsonpath='{.data.url}' | base64 -d) == \
-	$(k -n team-b get secret "$XR_C-proxy" -o jsonpath='{.data.url}' | base64 -d) ]] ||
-	die "ProxyClaim team-b/proxy-c: the connection Secret's url differs from $XR_C-proxy's"
+	$(k -n team-b get secret proxy-c-proxy -o jsonpath='{.data.url}' | base64 -d) ]] ||
+	die "ProxyClaim team-b/proxy-c: the connection Secret's url differs from proxy-c-proxy's"
 log "  team-b/proxy-c (claim): connection Secret team-b/proxy-c-connection has the same url"
-[[ -n $(k -n team-b get baseimages.kvm.crossplane.io "$XR_C-image" -o name) ]] ||
-	die "XProxy $XR_C did not compose BaseImage team-b/$XR_C-image"
-domain_objects team-b "$XR_C" >"$WORK/objects-proxy-c"
+[[ -n $(k -n team-b get baseimages.kvm.crossplane.io proxy-c-image -o name) ]] ||
+	die "XProxy $XR_C did not compose BaseImage team-b/proxy-c-image"
+domain_objects team-b proxy-c >"$WORK/objects-proxy-c"
 
 # ------------------------------------------------------------------ 4. deletion
 log "4/5 delete Proxy team-a/proxy-a"
