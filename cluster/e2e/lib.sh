@@ -15,6 +15,8 @@
 # Every process is started in its own session and recorded in $WORK/pids; stop_all stops them
 # by those PIDs (after checking each PID still is the process that was started).
 
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
 E2E_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$E2E_LIB/../.." && pwd)
 MANIFESTS=$E2E_LIB/manifests
@@ -621,10 +623,11 @@ diagnose() {
 		done
 		k get events -A --sort-by=.lastTimestamp 2>/dev/null | grep -v Normal | tail -n 15 | cut -c1-300 >&2 || true
 	fi
-	for f in provider crossplane function-kvm-proxy kube-apiserver; do
+	for f in provider crossplane function-kvm-proxy function-auto-ready; do
 		[[ -s $LOGS/$f.log ]] || continue
-		echo "----- tail of $LOGS/$f.log" >&2
-		grep -iE 'error|warn|fail' "$LOGS/$f.log" | tail -n 15 | cut -c1-400 >&2 || true
+		echo "----- errors in $LOGS/$f.log (last 15)" >&2
+		grep -iE 'error|warn|fail' "$LOGS/$f.log" | grep -vE 'finalizer name|is deprecated' |
+			tail -n 15 | cut -c1-400 >&2 || true
 	done
 	for dom in $(v list --all --name 2>/dev/null | grep -E '^(team-a|team-b|demo)_' || true); do
 		f=/var/log/libvirt/qemu/$dom-console.log
