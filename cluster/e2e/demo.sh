@@ -7,7 +7,8 @@
 #           Run again while the demo is up, it only prints the usage.
 #   down    deletes the demo's Proxy through Kubernetes (the provider removes the VM and its
 #           volumes), stops every process the demo started by its recorded PID, then checks
-#           with virsh that nothing of namespace demo is left (and removes it if it is).
+#           with virsh that nothing of namespace demo is left (and removes it if it is). After
+#           `KEEP_ON_FAILURE=1 make e2e` it does the same for team-a and team-b.
 #   status  the recorded processes and the Proxy.
 # Env: as run.sh (VCPUS, MEM_MIB, GUEST_TIMEOUT, POLL, E2E_WORK).
 set -euo pipefail
@@ -24,7 +25,7 @@ if [[ $cmd != __inner ]]; then
 		preflight ;;
 	down | status) ;;
 	*)
-		sed -n '3,13p' "$0" >&2
+		sed -n '3,14p' "$0" >&2
 		exit 2 ;;
 	esac
 	[[ -r $TB/env.sh ]] || die "the test bed is not up ($TB/env.sh missing): nothing to do"
@@ -69,26 +70,35 @@ status)
 down)
 	exec 8>"$WORK.lock"
 	flock -n 8 || die "make e2e or make demo is running (holds $WORK.lock)"
-	if [[ $(cat "$WORK/mode" 2>/dev/null || true) == demo ]] && k get --raw /readyz >/dev/null 2>&1 && alive provider; then
-		log "deleting Proxy demo/squid through Kubernetes"
-		k -n demo delete proxies.platform.kvm.crossplane.io --all --wait=false >/dev/null 2>&1 || true
-		wait_for "the demo's managed resources to be deleted" "$DELETE_TIMEOUT" \
-			bash -c "[[ -z \$('$KUBECTL' -n demo get kvmdomains.kvm.crossplane.io,seedvolumes.kvm.crossplane.io,baseimages.kvm.crossplane.io -o name) ]]" ||
-			warn "managed resources of namespace demo are still there"
-		wait_for "the test bed to hold nothing of the demo" 120 host_clean demo || true
+	# Also cleans up after `KEEP_ON_FAILURE=1 make e2e` (mode e2e: namespaces team-a, team-b).
+	mode=$(cat "$WORK/mode" 2>/dev/null || true)
+	nss=(demo)
+	[[ $mode != e2e ]] || nss=(team-a team-b)
+	if [[ -n $mode ]] && k get --raw /readyz >/dev/null 2>&1 && alive provider; then
+		log "deleting the Proxies and claims of ${nss[*]} through Kubernetes"
+		for ns in "${nss[@]}"; do
+			k -n "$ns" delete proxyclaims.platform.kvm.crossplane.io,proxies.platform.kvm.crossplane.io --all --wait=false >/dev/null 2>&1 || true
+		done
+		wait_for "their managed resources to be deleted" "$DELETE_TIMEOUT" \
+			bash -c "[[ -z \$('$KUBECTL' get kvmdomains.kvm.crossplane.io,seedvolumes.kvm.crossplane.io -A -o name) ]]" ||
+			warn "managed resources are still there"
+		for ns in "${nss[@]}"; do
+			k -n "$ns" delete baseimages.kvm.crossplane.io --all --wait=false >/dev/null 2>&1 || true
+		done
+		wait_for "the test bed to hold nothing of ${nss[*]}" 300 host_clean "${nss[@]}" || true
 	else
-		log "no running demo control plane: skipping the deletion through Kubernetes"
+		log "no running control plane: skipping the deletion through Kubernetes"
 	fi
 	stop_all
-	left=$(libvirt_objects demo)
+	left=$(libvirt_objects "${nss[@]}")
 	if [[ -n $left ]]; then
 		warn "left on the test bed (removing with virsh):"$'\n'"$left"
-		force_clean demo
+		force_clean "${nss[@]}"
 	fi
-	left=$(libvirt_objects demo)
+	left=$(libvirt_objects "${nss[@]}")
 	[[ -z $left ]] || die "still on the test bed: $left"
 	rm -f "$WORK/mode"
-	log "demo stopped; nothing of it is left on the test bed (logs kept in $LOGS)"
+	log "stopped; nothing of ${nss[*]} is left on the test bed (logs kept in $LOGS)"
 	exit 0 ;;
 esac
 
