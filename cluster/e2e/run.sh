@@ -62,6 +62,7 @@ on_exit() {
 		delete_through_kubernetes 240
 	fi
 	stop_all
+	rm -f "$WORK/mode"
 	left=$(libvirt_objects "${NAMESPACES[@]}")
 	if [[ -n $left ]]; then
 		warn "left on the test bed after the run:"$'\n'"$left"
