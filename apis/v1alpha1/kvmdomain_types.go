@@ -249,6 +249,13 @@ type KVMDomainObservation struct {
 	// +optional
 	InputsChanged []string `json:"inputsChanged,omitempty"`
 
+	// WaitingFor names the input (a BaseImage or SeedVolume of this namespace) that must be
+	// Ready before the domain can be created, e.g. "SeedVolume web-seed". It is set while a
+	// create waits (the resource is then Synced=False with the same message, and is retried
+	// shortly) and cleared once the domain is defined.
+	// +optional
+	WaitingFor string `json:"waitingFor,omitempty"`
+
 	// Probe is the outcome of the last readiness probe.
 	// +optional
 	Probe string `json:"probe,omitempty"`

@@ -48,7 +48,7 @@ import (
 
 // Phases reported in the XR's status.phase.
 const (
-	PhaseCreating = "Creating" // the KVMDomain is not observed yet
+	PhaseCreating = "Creating" // the KVMDomain is not observed yet, or waits for its inputs
 	PhaseBooting  = "Booting"  // the domain exists, its guest has no address yet
 	PhaseProbing  = "Probing"  // the guest has an address, squid does not answer the probe yet
 	PhaseReady    = "Ready"    // the KVMDomain is Ready: squid answers
@@ -251,9 +251,13 @@ func observe(observed map[resource.Name]resource.ObservedComposed, p Proxy) stat
 		ip = ""
 	}
 	vmState, _ := d.Resource.GetString("status.atProvider.state")
+	waiting, _ := d.Resource.GetString("status.atProvider.waitingFor")
 	switch {
 	case is("Ready", "True"):
 		st.phase = PhaseReady
+	case waiting != "":
+		// The domain waits for its SeedVolume or BaseImage to become Ready: still creating.
+		st.phase = PhaseCreating
 	case is("Synced", "False"):
 		st.phase = PhaseError
 	case vmState == "ShutOff":

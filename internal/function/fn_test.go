@@ -437,6 +437,16 @@ status:
 `},
 			wantStatus: map[string]any{"phase": PhaseError, "secretName": "web-proxy"},
 		},
+		"WaitingForAnInputIsNotAnError": {
+			observed: map[string]string{ResourceDomain: `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: KVMDomain
+status:
+  atProvider: {waitingFor: SeedVolume web-seed}
+  conditions: [{type: Synced, status: "False", reason: ReconcileError}]
+`},
+			wantStatus: map[string]any{"phase": PhaseCreating, "secretName": "web-proxy"},
+		},
 		"ShutOff": {
 			observed: map[string]string{ResourceDomain: `
 apiVersion: kvm.crossplane.io/v1alpha1

@@ -183,6 +183,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 
 	at := &cr.Status.AtProvider
 	at.UUID, at.State = d.UUID, d.State
+	at.WaitingFor = ""
 	at.MACAddress = mac(cr)
 	at.OverlayVolume = names.Overlay(cr.GetNamespace(), cr.GetName(), string(cr.GetUID()))
 	if meta.WasDeleted(cr) {
@@ -321,6 +322,14 @@ type inputs struct {
 	seed *v1alpha1.SeedVolume
 }
 
+// notReady is the error of an input that exists but is not Ready yet.
+type notReady struct {
+	what string // kind and name, e.g. "SeedVolume web-seed"
+	err  error
+}
+
+func (n notReady) Error() string { return n.err.Error() }
+
 func (e *external) inputs(ctx context.Context, cr *v1alpha1.KVMDomain) (*inputs, error) {
 	p := cr.Spec.ForProvider
 	if p.BaseImageName == nil || *p.BaseImageName == "" {
@@ -331,7 +340,7 @@ func (e *external) inputs(ctx context.Context, cr *v1alpha1.KVMDomain) (*inputs,
 		return nil, errors.Wrapf(err, errGetBase, *p.BaseImageName)
 	}
 	if in.base.GetCondition(xpv2.TypeReady).Reason != xpv2.ReasonAvailable || in.base.Status.AtProvider.Path == "" {
-		return nil, errors.Errorf(errBaseNotReady, *p.BaseImageName)
+		return nil, notReady{what: "BaseImage " + *p.BaseImageName, err: errors.Errorf(errBaseNotReady, *p.BaseImageName)}
 	}
 	if p.SeedVolumeName != nil && *p.SeedVolumeName != "" {
 		in.seed = &v1alpha1.SeedVolume{}
@@ -339,7 +348,7 @@ func (e *external) inputs(ctx context.Context, cr *v1alpha1.KVMDomain) (*inputs,
 			return nil, errors.Wrapf(err, errGetSeed, *p.SeedVolumeName)
 		}
 		if in.seed.GetCondition(xpv2.TypeReady).Reason != xpv2.ReasonAvailable || in.seed.Status.AtProvider.VolumeName == "" {
-			return nil, errors.Errorf(errSeedNotReady, *p.SeedVolumeName)
+			return nil, notReady{what: "SeedVolume " + *p.SeedVolumeName, err: errors.Errorf(errSeedNotReady, *p.SeedVolumeName)}
 		}
 	}
 	return in, nil
@@ -415,7 +424,15 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, base *v1
 func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalCreation, error) {
 	cr.SetConditions(xpv2.Creating())
 	in, err := e.inputs(ctx, cr)
-	if err != nil {
+	cr.Status.AtProvider.WaitingFor = ""
+	var nr notReady
+	switch {
+	case errors.As(err, &nr):
+		// Still an error, so the reconcile is retried with a short backoff rather than at
+		// the next poll; WaitingFor tells a composition that this is a wait, not a failure.
+		cr.Status.AtProvider.WaitingFor = nr.what
+		return managed.ExternalCreation{}, err
+	case err != nil:
 		return managed.ExternalCreation{}, err
 	}
 	x, err := e.spec(cr, in, "")

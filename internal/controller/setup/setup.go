@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -85,12 +87,27 @@ func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) 
 	opts = append(opts, k.Options...)
 
 	r := managed.NewReconciler(mgr, resource.ManagedKind(k.GVK), opts...)
+	copts := o.ForControllerRuntime()
+	copts.RateLimiter = requeueLimiter()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(name).
-		WithOptions(o.ForControllerRuntime()).
+		WithOptions(copts).
 		WithEventFilter(resource.DesiredStateChanged()).
 		For(k.Object).
 		Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter))
+}
+
+// MaxRequeueBackoff caps the per-resource backoff between reconciles that ask to be
+// requeued. crossplane-runtime's default cap is 60 s, and its managed reconciler requeues
+// with backoff on every step of a deletion as well as on errors, without resetting it in
+// between. Our deletions wait on guests (a graceful shutdown) and on each other (a seed is
+// held while a domain uses it), so with 60 s a Proxy whose guest shuts down in 30 s took about
+// three minutes to go away. Persistent errors are retried at most this often per resource;
+// the global rate limiter still bounds the total.
+const MaxRequeueBackoff = 10 * time.Second
+
+func requeueLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, MaxRequeueBackoff)
 }
 
 // externalNamer sets a derived external name on a resource that has none, and persists it

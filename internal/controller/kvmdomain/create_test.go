@@ -1,0 +1,74 @@
+package kvmdomain
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+)
+
+// TestCreateWaitsForInputs covers the part of Create that runs before the host is touched:
+// an input that exists but is not Ready yet is a wait, reported as an error (so the reconcile
+// is retried soon) and named in status.atProvider.waitingFor (so a composition can tell a
+// wait from a failure). The host client is nil: reaching it would panic the test.
+func TestCreateWaitsForInputs(t *testing.T) {
+	readyBase := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "base"}}
+	readyBase.SetConditions(xpv2.Available())
+	readyBase.Status.AtProvider.Path = "/pool/pkvm-base-x.qcow2"
+	pendingBase := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "base"}}
+	pendingBase.SetConditions(xpv2.Creating())
+	pendingSeed := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "seed"}}
+	pendingSeed.SetConditions(xpv2.Creating())
+
+	cases := map[string]struct {
+		objs           []client.Object
+		wantWaitingFor string
+		wantErr        string
+	}{
+		"BaseImageNotReady": {
+			objs:           []client.Object{pendingBase, pendingSeed},
+			wantWaitingFor: "BaseImage base",
+			wantErr:        "waiting for BaseImage base to be Ready",
+		},
+		"SeedVolumeNotReady": {
+			objs:           []client.Object{readyBase, pendingSeed},
+			wantWaitingFor: "SeedVolume seed",
+			wantErr:        "waiting for SeedVolume seed to be Ready",
+		},
+		"SeedVolumeMissingIsAFailureNotAWait": {
+			objs:    []client.Object{readyBase},
+			wantErr: "seed",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := runtime.NewScheme()
+			if err := v1alpha1.SchemeBuilder.AddToScheme(s); err != nil {
+				t.Fatal(err)
+			}
+			e := &external{kube: fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...).Build()}
+			cr := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm"}}
+			cr.Spec.ForProvider.BaseImageName = ptr("base")
+			cr.Spec.ForProvider.SeedVolumeName = ptr("seed")
+			cr.Status.AtProvider.WaitingFor = "stale"
+
+			_, err := e.Create(context.Background(), cr)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Create error = %v, want one containing %q", err, tc.wantErr)
+			}
+			// A real failure clears a stale wait, so it is shown as the failure it is.
+			if d := cmp.Diff(tc.wantWaitingFor, cr.Status.AtProvider.WaitingFor); d != "" {
+				t.Errorf("waitingFor (-want +got):\n%s", d)
+			}
+		})
+	}
+}
