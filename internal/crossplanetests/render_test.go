@@ -76,12 +76,7 @@ func TestRender(t *testing.T) {
 				wantField(t, d, "spec.forProvider.vcpu", int64(1))        // XRD default
 				wantField(t, d, "spec.forProvider.memoryMiB", int64(512)) // XRD default
 				wantField(t, d, "spec.providerConfigRef.name", "default")
-				ud := out.userData(t)
-				for _, s := range []string{"#cloud-config", "http_port 3128", "acl proxy_clients src 10.0.0.0/8", "visible_hostname egress"} {
-					if !strings.Contains(ud, s) {
-						t.Errorf("seed user-data lacks %q:\n%s", s, ud)
-					}
-				}
+				out.wantUserData(t, "#cloud-config", "http_port 3128", "acl proxy_clients src 10.0.0.0/8", "visible_hostname egress")
 			},
 		},
 		{
@@ -97,12 +92,7 @@ func TestRender(t *testing.T) {
 				wantField(t, d, "spec.forProvider.diskSizeGiB", int64(8))
 				wantField(t, d, "spec.forProvider.readinessProbe.httpProxy.port", int64(8080))
 				wantField(t, d, "spec.providerConfigRef.name", "lab")
-				ud := out.userData(t)
-				for _, s := range []string{"http_port 8080", "acl proxy_clients src 10.42.0.0/16", "http_access deny blocked", "ops@example.org"} {
-					if !strings.Contains(ud, s) {
-						t.Errorf("seed user-data lacks %q:\n%s", s, ud)
-					}
-				}
+				out.wantUserData(t, "http_port 8080", "acl proxy_clients src 10.42.0.0/16", "http_access deny blocked", "ops@example.org")
 			},
 		},
 		{
@@ -377,6 +367,17 @@ func (r rendered) userData(t *testing.T) string {
 		t.Fatal("the SeedVolume has no spec.forProvider.userData")
 	}
 	return ud
+}
+
+// wantUserData fails unless the composed SeedVolume's user-data contains every line part.
+func (r rendered) wantUserData(t *testing.T, parts ...string) {
+	t.Helper()
+	ud := r.userData(t)
+	for _, s := range parts {
+		if !strings.Contains(ud, s) {
+			t.Errorf("seed user-data lacks %q:\n%s", s, ud)
+		}
+	}
 }
 
 func wantField(t *testing.T, o *unstructured.Unstructured, path string, want any) {
