@@ -170,6 +170,9 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 			}
 			return managed.ExternalObservation{ResourceExists: verr == nil}, nil
 		}
+		if err := e.waitForInputs(ctx, cr); err != nil {
+			return managed.ExternalObservation{}, err
+		}
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	}
 	if err != nil {
@@ -322,6 +325,27 @@ type inputs struct {
 	seed *v1alpha1.SeedVolume
 }
 
+// waitForInputs is Observe's check, for a domain that does not exist yet, that its
+// BaseImage and SeedVolume are Ready. One that is not is named in status.atProvider.waitingFor
+// and returned as an error: the reconcile is then retried after a short backoff (not at the
+// next poll), no create is attempted, and a composition can tell this wait from a failure by
+// the field. It is done here, not in Create, because crossplane-runtime persists the status
+// that Observe leaves on an error, while after a failed Create it re-reads the object to record
+// its critical annotations and the status set by Create is lost. Other problems with the
+// inputs (a missing SeedVolume, say) are left to Create, which reports them as failures.
+func (e *external) waitForInputs(ctx context.Context, cr *v1alpha1.KVMDomain) error {
+	cr.Status.AtProvider.WaitingFor = ""
+	if observeOnly(cr) {
+		return nil
+	}
+	var nr notReady
+	if _, err := e.inputs(ctx, cr); errors.As(err, &nr) {
+		cr.Status.AtProvider.WaitingFor = nr.what
+		return nr
+	}
+	return nil
+}
+
 // notReady is the error of an input that exists but is not Ready yet.
 type notReady struct {
 	what string // kind and name, e.g. "SeedVolume web-seed"
@@ -424,15 +448,7 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, base *v1
 func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalCreation, error) {
 	cr.SetConditions(xpv2.Creating())
 	in, err := e.inputs(ctx, cr)
-	cr.Status.AtProvider.WaitingFor = ""
-	var nr notReady
-	switch {
-	case errors.As(err, &nr):
-		// Still an error, so the reconcile is retried with a short backoff rather than at
-		// the next poll; WaitingFor tells a composition that this is a wait, not a failure.
-		cr.Status.AtProvider.WaitingFor = nr.what
-		return managed.ExternalCreation{}, err
-	case err != nil:
+	if err != nil {
 		return managed.ExternalCreation{}, err
 	}
 	x, err := e.spec(cr, in, "")

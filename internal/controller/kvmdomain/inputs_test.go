@@ -16,11 +16,11 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 )
 
-// TestCreateWaitsForInputs covers the part of Create that runs before the host is touched:
-// an input that exists but is not Ready yet is a wait, reported as an error (so the reconcile
-// is retried soon) and named in status.atProvider.waitingFor (so a composition can tell a
-// wait from a failure). The host client is nil: reaching it would panic the test.
-func TestCreateWaitsForInputs(t *testing.T) {
+// TestWaitForInputs covers Observe's check of a domain's inputs before it exists: an input
+// that exists but is not Ready yet is a wait, reported as an error (so the reconcile is retried
+// soon) and named in status.atProvider.waitingFor (so a composition can tell a wait from a
+// failure). Anything else is left to Create. The host client is nil: reaching it would panic.
+func TestWaitForInputs(t *testing.T) {
 	readyBase := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "base"}}
 	readyBase.SetConditions(xpv2.Available())
 	readyBase.Status.AtProvider.Path = "/pool/pkvm-base-x.qcow2"
@@ -44,9 +44,8 @@ func TestCreateWaitsForInputs(t *testing.T) {
 			wantWaitingFor: "SeedVolume seed",
 			wantErr:        "waiting for SeedVolume seed to be Ready",
 		},
-		"SeedVolumeMissingIsAFailureNotAWait": {
-			objs:    []client.Object{readyBase},
-			wantErr: "seed",
+		"SeedVolumeMissingIsLeftToCreate": {
+			objs: []client.Object{readyBase},
 		},
 	}
 	for name, tc := range cases {
@@ -61,11 +60,14 @@ func TestCreateWaitsForInputs(t *testing.T) {
 			cr.Spec.ForProvider.SeedVolumeName = ptr("seed")
 			cr.Status.AtProvider.WaitingFor = "stale"
 
-			_, err := e.Create(context.Background(), cr)
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("Create error = %v, want one containing %q", err, tc.wantErr)
+			err := e.waitForInputs(context.Background(), cr)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("waitForInputs error = %v, want none", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("waitForInputs error = %v, want one containing %q", err, tc.wantErr)
 			}
-			// A real failure clears a stale wait, so it is shown as the failure it is.
+			// Anything but a wait clears a stale value, so a failure is shown as one.
 			if d := cmp.Diff(tc.wantWaitingFor, cr.Status.AtProvider.WaitingFor); d != "" {
 				t.Errorf("waitingFor (-want +got):\n%s", d)
 			}
