@@ -530,8 +530,7 @@ watch() {
 		record "$label" "$2" "$(elapsed "$t0" "$3")"
 		log "  $label +$(elapsed "$t0" "$3")s: $2${4:+ ($4)}"
 	}
-	while :; do
-		t=$(now)
+	scan() { # note what the composed resources show at time t
 		out=$(k -n "$ns" get seedvolumes.kvm.crossplane.io,kvmdomains.kvm.crossplane.io,baseimages.kvm.crossplane.io,secrets \
 			-l "$sel" -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}|{.status.conditions[?(@.type=="Ready")].status}|{.metadata.annotations.crossplane\.io/external-create-succeeded}|{.status.atProvider.ipv4}{"\n"}{end}' 2>/dev/null || true)
 		while IFS='|' read -r obj ready created ip; do
@@ -546,6 +545,10 @@ watch() {
 			*) [[ $ready != True ]] || note "$obj" "${obj%%/*} Ready" "$t" ;;
 			esac
 		done <<<"$out"
+	}
+	while :; do
+		t=$(now)
+		scan
 		xr=$(k -n "$ns" get "$res" "$name" -o jsonpath='{.kind}|{.status.phase}|{.status.conditions[?(@.type=="Ready")].status}|{.status.conditions[?(@.type=="Synced")].status}' 2>/dev/null || true)
 		IFS='|' read -r kind phase ready_xr synced <<<"$xr"
 		if [[ -n $phase && $phase != "$lastphase" ]]; then
@@ -555,6 +558,9 @@ watch() {
 			lastphase=$phase
 		fi
 		if [[ $ready_xr == True ]]; then
+			# The XR was read after the composed resources: a KVMDomain that became Ready in
+			# between would otherwise be missing from the timeline.
+			scan
 			note xr "Proxy Ready" "$t" "$kind $ns/$name"
 			return 0
 		fi
