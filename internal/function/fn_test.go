@@ -353,6 +353,14 @@ func sorted(s []string) []string {
 	return out
 }
 
+// observedSecret49 is the proxy's Secret as composed for an earlier address, 192.168.122.49.
+const observedSecret49 = `
+apiVersion: v1
+kind: Secret
+metadata: {name: web-proxy, namespace: team-a}
+data: {url: aHR0cDovLzE5Mi4xNjguMTIyLjQ5OjMxMjg=, host: MTkyLjE2OC4xMjIuNDk=, port: MzEyOA==}
+`
+
 const observedDomainReady = `
 apiVersion: kvm.crossplane.io/v1alpha1
 kind: KVMDomain
@@ -465,12 +473,7 @@ kind: KVMDomain
 status:
   atProvider: {state: Running}
 `,
-				ResourceSecret: `
-apiVersion: v1
-kind: Secret
-metadata: {name: web-proxy, namespace: team-a}
-data: {url: aHR0cDovLzE5Mi4xNjguMTIyLjQ5OjMxMjg=, host: MTkyLjE2OC4xMjIuNDk=, port: MzEyOA==}
-`,
+				ResourceSecret: observedSecret49,
 			},
 			wantStatus: map[string]any{
 				"phase": PhaseBooting, "secretName": "web-proxy",
@@ -482,12 +485,7 @@ data: {url: aHR0cDovLzE5Mi4xNjguMTIyLjQ5OjMxMjg=, host: MTkyLjE2OC4xMjIuNDk=, po
 		"NewAddressReplacesSecretData": {
 			observed: map[string]string{
 				ResourceDomain: observedDomainReady,
-				ResourceSecret: `
-apiVersion: v1
-kind: Secret
-metadata: {name: web-proxy, namespace: team-a}
-data: {url: aHR0cDovLzE5Mi4xNjguMTIyLjQ5OjMxMjg=, host: MTkyLjE2OC4xMjIuNDk=, port: MzEyOA==}
-`,
+				ResourceSecret: observedSecret49,
 			},
 			wantStatus: map[string]any{
 				"phase": PhaseReady, "secretName": "web-proxy",
