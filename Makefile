@@ -43,6 +43,10 @@ help: ## Show this help.
 deps: ## Download the Go modules (tests then run offline inside the test bed's namespace).
 	go mod download
 
+.PHONY: packages
+packages: ## Install every Debian package the scripts and tests need (cluster/packages/debian.txt), in one step.
+	cluster/packages/install.sh
+
 .PHONY: generate
 generate: ## Regenerate deepcopy, crossplane-runtime method sets, resolvers and CRDs.
 	go generate -tags generate ./apis/...
@@ -55,9 +59,10 @@ check-generate: generate ## Fail when generated files are stale (what CI runs).
 	@echo "generated files are up to date"
 
 .PHONY: lint
-lint: ## go vet and gofmt.
+lint: packages ## go vet, gofmt and shellcheck.
 	go vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	shellcheck $$(git ls-files '*.sh') .ci/run
 
 .PHONY: build
 build: ## Build the provider binary into _output/.
@@ -81,11 +86,11 @@ controlplane: ## Build kube-apiserver, etcd, kube-controller-manager, kubectl in
 	cluster/controlplane/build.sh "$(KUBEBUILDER_ASSETS)"
 
 .PHONY: testbed-up
-testbed-up: ## Install and start libvirtd + sshd in network namespace kvmhost (idempotent).
+testbed-up: packages ## Install and start libvirtd + sshd in network namespace kvmhost (idempotent).
 	cluster/testbed/up.sh
 
 .PHONY: image
-image: ## Build the Debian 12 guest image for boot tests (once; ~4 min cold).
+image: packages ## Build the Debian 12 guest image for boot tests (once; ~4 min cold).
 	cluster/testbed/image.sh "$(dir $(TESTBED_IMAGE))"
 
 .PHONY: boot-check

@@ -194,16 +194,9 @@ preflight() {
 	need_file "$IMAGE" "make image builds it"
 	need_file "$IMAGE.sha256" "make image builds it"
 	need_file "$TB/env.sh" "make testbed-up starts the test bed"
-	# openssl (the PKI), python3 (image and 204 servers), curl (through the proxies).
-	local missing=""
-	for b in openssl python3 curl; do command -v "$b" >/dev/null || missing+=" $b"; done
-	if [[ -n $missing ]]; then
-		log "installing Debian packages:$missing"
-		apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
-		# shellcheck disable=SC2086
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=600 \
-			--no-install-recommends $missing >/dev/null || die "cannot install$missing"
-	fi
+	# openssl (the PKI), python3 (image and 204 servers), curl (through the proxies): from the
+	# one install step (make packages), never installed here (this may run inside the namespace).
+	"$REPO/cluster/packages/install.sh" --check || die "Debian packages are missing: run make packages"
 	# The Crossplane CRDs that `core init` installs come from the core's Go module.
 	XP_CRDS=${XP_CRDS:-$(go env GOMODCACHE)/github.com/crossplane/crossplane/v2@$CORE_VERSION/cluster/crds}
 	if [[ ! -d $XP_CRDS ]]; then

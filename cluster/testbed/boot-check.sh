@@ -11,8 +11,8 @@
 # (domain + NVRAM, volumes, seed, the 204 server). Exit status 0 only when 204 was seen.
 #
 # Env: TB (/var/lib/provider-kvm-testbed; $TB/env.sh from up.sh), IMAGE (the qcow2; default
-#      ${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm/images/debian-12-testbed.qcow2, built with
-#      image.sh when missing), VIRT (qemu|kvm, default qemu), VCPUS (2), MEM_MB (1024),
+#      ${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm/images/debian-12-testbed.qcow2, built
+#      beforehand by make image), VIRT (qemu|kvm, default qemu), VCPUS (2), MEM_MB (1024),
 #      DISK_GB (4), PORT (8204), TIMEOUT (300 s), KEEP=1 (on success leave the VM and volumes;
 #      the 204 server is always stopped), KEEP_LOGS=1 (keep the console and qemu logs under
 #      /var/log/libvirt/qemu; on failure the console tail is printed either way).
@@ -74,21 +74,17 @@ cleanup() {
   else rm -f "$CONSOLE_LOG" "/var/log/libvirt/qemu/$VM.log"; fi
   rm -rf "$W"
   log "cleaned up $VM"
-  [ "$OK" = 1 ] && log "start->204 = $(since "$T_204")s" || log "FAIL"
+  if [ "$OK" = 1 ]; then log "start->204 = $(since "$T_204")s"; else log "FAIL"; fi
   return $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ prerequisites
-[ -s "$IMAGE" ] || "$HERE/image.sh" "$(dirname "$IMAGE")"
-[ -s "$IMAGE" ] || { log "no image at $IMAGE"; exit 1; }
-if ! command -v genisoimage >/dev/null && ! command -v xorriso >/dev/null; then
-  log "installing genisoimage"
-  apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=600 \
-    --no-install-recommends genisoimage >/dev/null
-fi
+# The image is built beforehand (make image): building it needs the Debian mirror, which a
+# network namespace cannot reach. Packages come from the one install step (make packages).
+[ -s "$IMAGE" ] || { log "no image at $IMAGE: build it first with make image"; exit 1; }
+"$HERE/../packages/install.sh" --check
 v pool-info "$POOL" >/dev/null || { log "pool $POOL missing (up.sh)"; exit 1; }
 netxml=$(v net-dumpxml "$NET")
 BRIDGE_IP=$(printf '%s\n' "$netxml" | sed -n "s/.*<ip address='\([0-9.]*\)'.*/\1/p" | head -1)
@@ -132,13 +128,8 @@ systemctl start qemu-guest-agent.service
 systemctl enable --now squid.service
 echo "TESTBED-VENDOR-DATA-DONE $(date -u +%FT%TZ)" | tee /var/lib/testbed-vendor-data.done
 EOF
-if command -v genisoimage >/dev/null; then
-  genisoimage -quiet -output "$W/seed.iso" -volid cidata -joliet -rock \
-    "$W/user-data" "$W/meta-data" "$W/vendor-data"
-else
-  xorriso -as mkisofs -quiet -o "$W/seed.iso" -V cidata -J -R \
-    "$W/user-data" "$W/meta-data" "$W/vendor-data" 2>/dev/null
-fi
+genisoimage -quiet -output "$W/seed.iso" -volid cidata -joliet -rock \
+  "$W/user-data" "$W/meta-data" "$W/vendor-data"
 v vol-create-as "$POOL" "$SEED_VOL" "$(stat -c%s "$W/seed.iso")" --format raw >/dev/null; made_seed=1
 v vol-upload --pool "$POOL" "$SEED_VOL" "$W/seed.iso"
 

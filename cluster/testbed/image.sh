@@ -15,7 +15,8 @@
 #
 # Idempotent: skips when the qcow2 exists, its .sha256 matches and the recorded inputs equal
 # the current ones (this script's digest, SUITE, PKGS, mirrors, sizes, UUIDs, cmdline).
-# FORCE=1 rebuilds. Needs root and the Debian mirror (apt); installs its own apt dependencies.
+# FORCE=1 rebuilds. Needs root and the Debian mirror (mmdebstrap fetches the guest's packages),
+# so it runs in the root namespace; its host tools come from cluster/packages/install.sh.
 # Env: NAME (debian-12-testbed), SUITE (bookworm), MIRROR, SECMIRROR, PKGS, ESP_MB (40),
 #      ROOT_FREE_MB (160), CMDLINE, FORCE, KEEP_BUILD=1 (keep OUTDIR/.build-$NAME).
 set -euo pipefail
@@ -118,22 +119,8 @@ if [ "${FORCE:-0}" != 1 ] && [ -s "$IMG" ] && [ -s "$SUM" ] && [ -s "$INPUTS" ];
 fi
 
 # ------------------------------------------------------------------ host dependencies
-# package:command-or-file that proves it is installed
-DEPS="mmdebstrap:mmdebstrap systemd-boot-efi:/usr/lib/systemd/boot/efi/linuxx64.efi.stub
-mtools:mcopy dosfstools:mkfs.vfat gdisk:sgdisk e2fsprogs:mkfs.ext4 binutils:objcopy
-qemu-utils:qemu-img zstd:zstd util-linux:flock coreutils:sha256sum"
-missing=""
-for d in $DEPS; do
-  p=${d%%:*}; c=${d#*:}
-  case "$c" in /*) [ -e "$c" ] ;; *) command -v "$c" >/dev/null ;; esac || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  log "installing apt dependencies:$missing"
-  apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
-  # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=600 \
-    --no-install-recommends $missing >/dev/null
-fi
+# mmdebstrap, systemd-boot-efi, mtools, ... come from the one install step (make packages).
+"$(dirname "$(readlink -f "$0")")/../packages/install.sh" --check
 STUB=/usr/lib/systemd/boot/efi/linuxx64.efi.stub
 
 B=$OUTDIR/.build-$NAME
@@ -157,7 +144,7 @@ mmdebstrap --mode=root --variant=minbase --include="$PKGS" --quiet \
   "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" "deb $SECMIRROR $SUITE-security main"
 
 # ------------------------------------------------------------------ kernel artefacts
-KVER=$(ls "$B/root/lib/modules" | sort -V | tail -1)
+KVER=$(find "$B/root/lib/modules" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V | tail -1)
 cp "$B/root/boot/vmlinuz-$KVER" "$B/vmlinuz"
 cp "$B/root/boot/initrd.img-$KVER" "$B/initrd.img"
 printf '%s' "$CMDLINE" > "$B/cmdline"
@@ -175,10 +162,10 @@ cmdl=$(up $(( osrel + $(stat -Lc%s "$B/root/usr/lib/os-release") )))
 linux=$(up $(( cmdl + $(stat -Lc%s "$B/cmdline") )))
 initrd=$(up $(( linux + $(stat -Lc%s "$B/vmlinuz") )))
 objcopy \
-  --add-section .osrel="$B/root/usr/lib/os-release" --change-section-vma .osrel=$(printf 0x%x $osrel) \
-  --add-section .cmdline="$B/cmdline"               --change-section-vma .cmdline=$(printf 0x%x $cmdl) \
-  --add-section .linux="$B/vmlinuz"                 --change-section-vma .linux=$(printf 0x%x $linux) \
-  --add-section .initrd="$B/initrd.img"             --change-section-vma .initrd=$(printf 0x%x $initrd) \
+  --add-section .osrel="$B/root/usr/lib/os-release" --change-section-vma .osrel="$(printf 0x%x "$osrel")" \
+  --add-section .cmdline="$B/cmdline"               --change-section-vma .cmdline="$(printf 0x%x "$cmdl")" \
+  --add-section .linux="$B/vmlinuz"                 --change-section-vma .linux="$(printf 0x%x "$linux")" \
+  --add-section .initrd="$B/initrd.img"             --change-section-vma .initrd="$(printf 0x%x "$initrd")" \
   "$STUB" "$B/BOOTX64.EFI"
 
 step "ESP ${ESP_MB} MiB (mkfs.vfat + mtools)"
@@ -195,7 +182,7 @@ step "GPT disk (sgdisk + dd)"
 TOTAL_MB=$(( 1 + ESP_MB + ROOT_MB + 1 ))
 truncate -s "${TOTAL_MB}M" "$B/disk.raw"
 sgdisk -U "$DISK_GUID" \
-  -n 1:1M:+${ESP_MB}M -t 1:ef00 -c 1:ESP  -u 1:"$ESP_PARTUUID" \
+  -n "1:1M:+${ESP_MB}M" -t 1:ef00 -c 1:ESP  -u 1:"$ESP_PARTUUID" \
   -n 2:0:0            -t 2:8304 -c 2:root -u 2:"$ROOT_PARTUUID" "$B/disk.raw" >/dev/null
 dd if="$B/esp.img"  of="$B/disk.raw" bs=1M seek=1 conv=notrunc,sparse status=none
 dd if="$B/root.img" of="$B/disk.raw" bs=1M seek=$((1 + ESP_MB)) conv=notrunc,sparse status=none

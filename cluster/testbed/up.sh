@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# up.sh -- idempotent test bed for internal/host: installs Debian packages, creates the
+# up.sh -- idempotent test bed for internal/host: installs Debian packages (through
+# cluster/packages/install.sh, in the root namespace), creates the
 # network namespace $NS, starts virtlogd + libvirtd + sshd INSIDE it (no systemd needed),
 # writes client keys (ed25519, RSA, ECDSA, passphrase-protected ed25519, one unauthorized
 # key), known_hosts, a dir pool and the default NAT network, and writes $TB/env.sh with
@@ -23,24 +24,8 @@ mkdir -p "$TB" "$RUN" "$KEYS" "$TB/pool"
 chmod 0755 "$TB" "$TB/pool" "$(dirname "$TB")"
 
 # ------------------------------------------------------------------ 1. packages
-PKGS="libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils ovmf openssh-server
-dnsmasq-base iptables iproute2"
-missing=""
-for p in $PKGS; do
-  [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == *"ok installed"* ]] || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  log "installing:$missing"
-  # Maintainer scripts must not start services in the root namespace.
-  made_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 0755 /usr/sbin/policy-rc.d; made_policy=1
-  fi
-  [ -e "$TB/.apt-updated" ] || { apt-get update -q; touch "$TB/.apt-updated"; }
-  # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
-  [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
-fi
+# The one install step (root namespace, before anything enters $NS): cluster/packages/.
+"$HERE/../packages/install.sh"
 
 # ------------------------------------------------------------------ 2. /dev/kvm
 if [ -c /dev/kvm ]; then

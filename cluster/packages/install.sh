@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# install.sh [--check] -- the one step that installs Debian packages: every package listed in
+# debian.txt (next to this script) that is not installed yet, with apt-get, in the ROOT network
+# namespace (inside a test bed namespace there is no DNS and no route to the mirror, so it
+# refuses to run there). Afterwards it checks each package's proof (a command or a file).
+#   --check   install nothing; exit 1 naming what is missing (scripts that need packages call
+#             this, so a missing package is a clear message, never an apt-get in a namespace)
+# Maintainer scripts are kept from starting services in the root namespace (policy-rc.d).
+set -euo pipefail
+HERE=$(dirname "$(readlink -f "$0")")
+LIST=${PACKAGE_LIST:-$HERE/debian.txt}
+log() { echo "packages: $*"; }
+
+mapfile -t rows < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$LIST")
+installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == *"ok installed"* ]]; }
+proven() { case "$1" in /*) [[ -e $1 ]] ;; *) command -v "$1" >/dev/null ;; esac; }
+
+missing=()
+unproven=()
+for r in "${rows[@]}"; do
+  read -r pkg proof _ <<<"$r"
+  installed "$pkg" || missing+=("$pkg")
+  proven "$proof" || unproven+=("$pkg ($proof)")
+done
+
+if [[ ${1:-} == --check ]]; then
+  if ((${#missing[@]} + ${#unproven[@]})); then
+    log "missing Debian packages: ${missing[*]:-} ${unproven[*]:-}" >&2
+    log "install them with: cluster/packages/install.sh (as root, outside any network namespace)" >&2
+    exit 1
+  fi
+  exit 0
+fi
+
+if ((${#missing[@]})); then
+  [[ $(id -u) == 0 ]] || { log "must run as root to install: ${missing[*]}" >&2; exit 1; }
+  if [[ $(stat -Lc '%d:%i' /proc/self/ns/net) != "$(stat -Lc '%d:%i' /proc/1/ns/net)" ]]; then
+    log "refusing to run apt-get inside a network namespace (no DNS there): ${missing[*]}" >&2
+    exit 1
+  fi
+  log "installing ${#missing[@]}: ${missing[*]}"
+  made_policy=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 0755 /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  trap '[[ $made_policy == 1 ]] && rm -f /usr/sbin/policy-rc.d' EXIT
+  apt() { DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
+  # Empty or stale package lists: update first, and once more if the install still fails.
+  if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then apt update >/dev/null; fi
+  if ! apt install -y --no-install-recommends "${missing[@]}" >/dev/null; then
+    apt update >/dev/null
+    apt install -y --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+bad=()
+for r in "${rows[@]}"; do
+  read -r pkg proof _ <<<"$r"
+  proven "$proof" || bad+=("$pkg ($proof)")
+done
+((${#bad[@]} == 0)) || { log "installed, but not found: ${bad[*]}" >&2; exit 1; }
+log "all ${#rows[@]} Debian packages present"
