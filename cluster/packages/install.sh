@@ -15,6 +15,19 @@ mapfile -t rows < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$LIST")
 installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == *"ok installed"* ]]; }
 proven() { case "$1" in /*) [[ -e $1 ]] ;; *) command -v "$1" >/dev/null ;; esac; }
 
+# in_netns: this process is in a network namespace other than the root one: PID 1's, where it
+# can be read; one of the named namespaces (ip netns); or any namespace without a default
+# route (an `unshare --net`, a test bed namespace), from which the mirror is unreachable.
+in_netns() {
+  local self n
+  self=$(stat -Lc '%d:%i' /proc/self/ns/net)
+  if n=$(stat -Lc '%d:%i' /proc/1/ns/net 2>/dev/null); then [[ $self != "$n" ]] && return 0; fi
+  for n in /run/netns/*; do
+    [[ -e $n ]] && [[ $(stat -Lc '%d:%i' "$n") == "$self" ]] && return 0
+  done
+  ! awk 'NR > 1 && $2 == "00000000" { found = 1 } END { exit !found }' /proc/net/route
+}
+
 missing=()
 unproven=()
 for r in "${rows[@]}"; do
@@ -34,7 +47,7 @@ fi
 
 if ((${#missing[@]})); then
   [[ $(id -u) == 0 ]] || { log "must run as root to install: ${missing[*]}" >&2; exit 1; }
-  if [[ $(stat -Lc '%d:%i' /proc/self/ns/net) != "$(stat -Lc '%d:%i' /proc/1/ns/net)" ]]; then
+  if in_netns; then
     log "refusing to run apt-get inside a network namespace (no DNS there): ${missing[*]}" >&2
     exit 1
   fi
