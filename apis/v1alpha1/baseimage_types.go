@@ -46,6 +46,8 @@ type ImageSource struct {
 }
 
 // BaseImageParameters are the configurable fields of a BaseImage.
+// +kubebuilder:validation:XValidation:rule="has(self.pool) == has(oldSelf.pool) && (!has(self.pool) || self.pool == oldSelf.pool)",message="pool cannot change after creation (objects on the host were made with it): create a new resource instead"
+// +kubebuilder:validation:XValidation:rule="has(self.format) == has(oldSelf.format) && (!has(self.format) || self.format == oldSelf.format)",message="format cannot change after creation (objects on the host were made with it): create a new resource instead"
 type BaseImageParameters struct {
 	// Source of the image. Changing it publishes a new volume for the new content; the old
 	// one is removed once no domain's overlay uses it.
@@ -124,6 +126,7 @@ type BaseImageObservation struct {
 }
 
 // A BaseImageSpec defines the desired state of a BaseImage.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerConfigRef) || (has(self.providerConfigRef) && self.providerConfigRef.kind == oldSelf.providerConfigRef.kind && self.providerConfigRef.name == oldSelf.providerConfigRef.name)",message="providerConfigRef cannot change after creation (the objects live on that host): create a new resource instead"
 type BaseImageSpec struct {
 	xpv2.ManagedResourceSpec `json:",inline"`
 

@@ -92,6 +92,13 @@ type ReadinessProbe struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.seedVolumeRef) || !has(self.seedVolumeRef.__namespace__)",message="seedVolumeRef must not name a namespace: a KVMDomain uses SeedVolumes in its own namespace"
 // +kubebuilder:validation:XValidation:rule="!has(self.seedVolumeSelector) || !has(self.seedVolumeSelector.__namespace__)",message="seedVolumeSelector must not name a namespace: a KVMDomain uses SeedVolumes in its own namespace"
 // +kubebuilder:validation:XValidation:rule="!(has(self.network) && has(self.bridge))",message="set network or bridge, not both"
+// +kubebuilder:validation:XValidation:rule="has(self.pool) == has(oldSelf.pool) && (!has(self.pool) || self.pool == oldSelf.pool)",message="pool cannot change after creation (objects on the host were made with it): create a new resource instead"
+// +kubebuilder:validation:XValidation:rule="has(self.network) == has(oldSelf.network) && (!has(self.network) || self.network == oldSelf.network)",message="network cannot change after creation (objects on the host were made with it): create a new resource instead"
+// +kubebuilder:validation:XValidation:rule="has(self.bridge) == has(oldSelf.bridge) && (!has(self.bridge) || self.bridge == oldSelf.bridge)",message="bridge cannot change after creation (objects on the host were made with it): create a new resource instead"
+// +kubebuilder:validation:XValidation:rule="has(self.macAddress) == has(oldSelf.macAddress) && (!has(self.macAddress) || self.macAddress == oldSelf.macAddress)",message="macAddress cannot change after creation (objects on the host were made with it): create a new resource instead"
+// +kubebuilder:validation:XValidation:rule="has(self.firmware) == has(oldSelf.firmware) && (!has(self.firmware) || self.firmware == oldSelf.firmware)",message="firmware cannot change after creation (objects on the host were made with it): create a new resource instead"
+// +kubebuilder:validation:XValidation:rule="has(self.domainType) == has(oldSelf.domainType) && (!has(self.domainType) || self.domainType == oldSelf.domainType)",message="domainType cannot change after creation (objects on the host were made with it): create a new resource instead"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.diskSizeGiB) || (has(self.diskSizeGiB) && self.diskSizeGiB >= oldSelf.diskSizeGiB)",message="diskSizeGiB can grow but never shrink: create a new resource for a smaller disk"
 type KVMDomainParameters struct {
 	// VCPU is the number of virtual CPUs. A change takes effect at the next restart.
 	// +optional
@@ -262,6 +269,7 @@ type KVMDomainObservation struct {
 }
 
 // A KVMDomainSpec defines the desired state of a KVMDomain.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerConfigRef) || (has(self.providerConfigRef) && self.providerConfigRef.kind == oldSelf.providerConfigRef.kind && self.providerConfigRef.name == oldSelf.providerConfigRef.name)",message="providerConfigRef cannot change after creation (the objects live on that host): create a new resource instead"
 type KVMDomainSpec struct {
 	xpv2.ManagedResourceSpec `json:",inline"`
 

@@ -92,6 +92,94 @@ type HostDefaults struct {
 	Network string `json:"network,omitempty"`
 }
 
+// ImportPolicy says whether managed resources may import existing libvirt objects: a KVMDomain
+// with managementPolicies [Observe] and a crossplane.io/external-name that differs from the
+// name the provider derives. Imports are a privilege of the platform team: off by default, and
+// never of an object that carries another resource's ownership mark.
+type ImportPolicy struct {
+	// Allowed turns imports on for this host.
+	// +optional
+	Allowed bool `json:"allowed,omitempty"`
+
+	// Namespaces that may import. Empty means every namespace that may use this config (for a
+	// ProviderConfig that is its own namespace only).
+	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=set
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// An ImageSourceRule matches a BaseImage download. Every field that is set must match; a rule
+// must set at least one of cidr, host or urlPrefix.
+// +kubebuilder:validation:XValidation:rule="has(self.cidr) || has(self.host) || has(self.urlPrefix)",message="a rule sets at least one of cidr, host or urlPrefix"
+type ImageSourceRule struct {
+	// CIDR matches the IP address the provider actually connects to (after DNS resolution),
+	// e.g. 10.0.0.0/8 or 192.0.2.10/32.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="cidr must be an IP prefix such as 10.0.0.0/8"
+	CIDR string `json:"cidr,omitempty"`
+
+	// Host matches the URL's host name, exactly or, with a leading "*.", any subdomain.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`
+	Host string `json:"host,omitempty"`
+
+	// Ports the rule applies to; empty means any port.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	// +listType=set
+	Ports []int32 `json:"ports,omitempty"`
+
+	// URLPrefix matches URLs that start with it, e.g. https://cloud.debian.org/images/.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	URLPrefix string `json:"urlPrefix,omitempty"`
+}
+
+// ImageSourcePolicy bounds what BaseImages on this host may download. Deny rules win; then
+// allow rules; then the built-in denial of loopback, link-local (cloud metadata among them),
+// unspecified and multicast addresses; then, when allow rules exist, anything they do not
+// match is refused. Redirects are checked again, and a redirect from https to http is refused.
+type ImageSourcePolicy struct {
+	// Allow lists the sources BaseImages may download from. Empty allows any source that no
+	// deny rule and no built-in denial refuses. An allow rule naming a loopback or link-local
+	// address lifts the built-in denial for that address only.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Allow []ImageSourceRule `json:"allow,omitempty"`
+
+	// Deny lists sources that are always refused.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Deny []ImageSourceRule `json:"deny,omitempty"`
+
+	// MaxImageSizeMiB bounds the size of a downloaded image, counted on the stream.
+	// +optional
+	// +kubebuilder:default=20480
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4194304
+	MaxImageSizeMiB int64 `json:"maxImageSizeMiB,omitempty"`
+
+	// HeaderTimeoutSeconds bounds the wait for the server's response headers.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	HeaderTimeoutSeconds int32 `json:"headerTimeoutSeconds,omitempty"`
+
+	// StallTimeoutSeconds bounds how long a download may go without receiving a byte.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	StallTimeoutSeconds int32 `json:"stallTimeoutSeconds,omitempty"`
+}
+
 // A ProviderConfigSpec describes one libvirt host and how to reach it.
 // +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || (has(self.host) && has(self.credentials))",message="transport SSH needs host and credentials"
 // +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || has(self.knownHosts) || self.insecureSkipHostKeyVerification",message="transport SSH needs knownHosts to pin the host key; set insecureSkipHostKeyVerification: true only if you accept any host key"
@@ -157,6 +245,16 @@ type ProviderConfigSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Defaults HostDefaults `json:"defaults,omitempty"`
+
+	// Imports says whether managed resources may import existing libvirt objects on this
+	// host. Off by default.
+	// +optional
+	Imports *ImportPolicy `json:"imports,omitempty"`
+
+	// ImageSources bounds where BaseImages on this host may download from, and how much.
+	// +optional
+	// +kubebuilder:default={}
+	ImageSources ImageSourcePolicy `json:"imageSources,omitempty"`
 }
 
 // A ProviderConfigStatus reflects the observed state of a ProviderConfig.
@@ -176,6 +274,8 @@ type ProviderConfigStatus struct {
 // +kubebuilder:resource:scope=Namespaced,categories={crossplane,provider,kvm}
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.credentials) || (!has(self.spec.credentials.secretRef.__namespace__) && (!has(self.spec.credentials.passphraseSecretRef) || !has(self.spec.credentials.passphraseSecretRef.__namespace__)))",message="a ProviderConfig reads Secrets from its own namespace: omit credentials secretRef namespace"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.knownHosts) || !has(self.spec.knownHosts.secretRef.__namespace__)",message="a ProviderConfig reads Secrets from its own namespace: omit knownHosts secretRef namespace"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.transport) || self.spec.transport != 'Unix'",message="a ProviderConfig cannot use transport Unix: only a ClusterProviderConfig may reach the libvirt socket of the provider's own host"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.imports) || !has(self.spec.imports.namespaces)",message="a ProviderConfig allows imports in its own namespace only: omit imports.namespaces"
 type ProviderConfig struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -10,6 +10,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!(has(self.userData) && has(self.userDataSecretRef))",message="set userData or userDataSecretRef, not both"
 // +kubebuilder:validation:XValidation:rule="!(has(self.networkConfig) && has(self.networkConfigSecretRef))",message="set networkConfig or networkConfigSecretRef, not both"
 // +kubebuilder:validation:XValidation:rule="!(has(self.vendorData) && has(self.vendorDataSecretRef))",message="set vendorData or vendorDataSecretRef, not both"
+// +kubebuilder:validation:XValidation:rule="has(self.pool) == has(oldSelf.pool) && (!has(self.pool) || self.pool == oldSelf.pool)",message="pool cannot change after creation (objects on the host were made with it): create a new resource instead"
 type SeedVolumeParameters struct {
 	// Pool is the libvirt storage pool for the seed volume. Defaults to the
 	// ProviderConfig's default pool.
@@ -102,6 +103,7 @@ type SeedVolumeObservation struct {
 }
 
 // A SeedVolumeSpec defines the desired state of a SeedVolume.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerConfigRef) || (has(self.providerConfigRef) && self.providerConfigRef.kind == oldSelf.providerConfigRef.kind && self.providerConfigRef.name == oldSelf.providerConfigRef.name)",message="providerConfigRef cannot change after creation (the objects live on that host): create a new resource instead"
 type SeedVolumeSpec struct {
 	xpv2.ManagedResourceSpec `json:",inline"`
 
