@@ -32,6 +32,7 @@ const (
 	errReadKey        = "cannot read the SSH private key"
 	errReadPassphrase = "cannot read the SSH key passphrase"
 	errReadKnownHosts = "cannot read known_hosts"
+	errUnixNamespaced = "%s cannot use transport Unix: only a ClusterProviderConfig may reach the libvirt socket of the provider's own host"
 )
 
 // Resolved is what a managed resource needs to reach its host.
@@ -43,6 +44,26 @@ type Resolved struct {
 	// Source names the config it came from, e.g. "ClusterProviderConfig/default", for
 	// messages and events.
 	Source string
+	// Imports is the config's import policy (see ImportsAllowed).
+	Imports v1alpha1.ImportPolicy
+}
+
+// ImportsAllowed is true when the config lets resources in namespace import existing objects.
+// A namespaced ProviderConfig serves its own namespace only, so its list of namespaces is not
+// consulted.
+func (r *Resolved) ImportsAllowed(namespace string) bool {
+	if !r.Imports.Allowed {
+		return false
+	}
+	if len(r.Imports.Namespaces) == 0 {
+		return true
+	}
+	for _, n := range r.Imports.Namespaces {
+		if n == namespace {
+			return true
+		}
+	}
+	return false
 }
 
 // Resolve reads the config that mg references and the Secrets it names.
@@ -65,6 +86,13 @@ func Resolve(ctx context.Context, c client.Reader, mg resource.ModernManaged) (*
 		}
 		spec, secretNSDef = pc.Spec, pc.GetNamespace()
 		source = v1alpha1.ProviderConfigKind + "/" + ref.Name
+		// Admission rejects both; checked here too for objects admitted before the rules.
+		if spec.Transport == v1alpha1.TransportUnix {
+			return nil, errors.Errorf(errUnixNamespaced, source)
+		}
+		if spec.Imports != nil {
+			spec.Imports = &v1alpha1.ImportPolicy{Allowed: spec.Imports.Allowed}
+		}
 	case v1alpha1.ClusterProviderConfigKind:
 		cpc := &v1alpha1.ClusterProviderConfig{}
 		if err := c.Get(ctx, types.NamespacedName{Name: ref.Name}, cpc); err != nil {
@@ -88,6 +116,9 @@ func Resolve(ctx context.Context, c client.Reader, mg resource.ModernManaged) (*
 		},
 		Defaults: spec.Defaults,
 		Source:   source,
+	}
+	if spec.Imports != nil {
+		r.Imports = *spec.Imports
 	}
 	if r.Host.Transport != host.TransportSSH && r.Host.Transport != "" {
 		return r, nil

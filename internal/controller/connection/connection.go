@@ -58,6 +58,8 @@ type Session struct {
 	// Socket and URI of libvirt on the host, for connections of their own (see
 	// libvirt.WithSocket).
 	Socket, URI string
+	// ImportsAllowed is true when the config lets this resource import existing objects.
+	ImportsAllowed bool
 }
 
 // Connect tracks mg's usage of its config, resolves the config and opens (or reuses) the
@@ -71,7 +73,8 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 		return nil, errors.Wrap(err, errResolve)
 	}
 	h := r.Host.WithDefaults()
-	s := &Session{Defaults: r.Defaults, Source: r.Source, Socket: h.Socket, URI: h.URI}
+	s := &Session{Defaults: r.Defaults, Source: r.Source, Socket: h.Socket, URI: h.URI,
+		ImportsAllowed: r.ImportsAllowed(mg.GetNamespace())}
 	s.onOpen = func(info host.OpenInfo) {
 		if info.Insecure && c.Recorder != nil {
 			c.Recorder.Event(mg, event.Warning(ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address, r.Source)))
