@@ -1,0 +1,219 @@
+// Package fakestorage is an in-memory libvirt storage pool for unit tests: volumes are byte
+// slices, errors are libvirt's own (so libvirt.IsNotFound and IsExists work), and every call
+// is counted.
+package fakestorage
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"sync"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+)
+
+// Storage is an in-memory host with any number of pools.
+type Storage struct {
+	mu    sync.Mutex
+	vols  map[string]*vol // pool "/" name
+	Disks []libvirt.DomainDisk
+	Calls map[string]int
+	// Fail, when set, is asked before each call; a non-nil error is returned instead.
+	Fail func(op, pool, name string) error
+	// BeforeCreate, when set, runs before each CreateVolume (without the lock held), e.g. to
+	// let another writer win a race.
+	BeforeCreate func(pool, name string)
+}
+
+type vol struct {
+	info libvirt.Volume
+	data []byte
+}
+
+// New returns an empty Storage.
+func New() *Storage { return &Storage{vols: map[string]*vol{}, Calls: map[string]int{}} }
+
+// NotFound and Exists are libvirt's errors for a missing and an existing volume.
+var (
+	NotFound = golibvirt.Error{Code: uint32(golibvirt.ErrNoStorageVol), Message: "Storage volume not found"}
+	Exists   = golibvirt.Error{Code: uint32(golibvirt.ErrStorageVolExist), Message: "storage volume already exists"}
+)
+
+func (s *Storage) call(op, pool, name string) error {
+	s.Calls[op]++
+	if s.Fail != nil {
+		return s.Fail(op, pool, name)
+	}
+	return nil
+}
+
+// Put stores a volume with the given content.
+func (s *Storage) Put(pool, name string, data []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.vols[pool+"/"+name] = &vol{info: info(pool, name, uint64(len(data))), data: append([]byte(nil), data...)}
+}
+
+// Get returns a volume's content and whether it exists.
+func (s *Storage) Get(pool, name string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.vols[pool+"/"+name]
+	if !ok {
+		return nil, false
+	}
+	return append([]byte(nil), v.data...), true
+}
+
+// Names lists the volumes of pool.
+func (s *Storage) Names(pool string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, v := range s.vols {
+		if v.info.Pool == pool {
+			out = append(out, v.info.Name)
+		}
+	}
+	return out
+}
+
+func info(pool, name string, capacity uint64) libvirt.Volume {
+	return libvirt.Volume{Pool: pool, Name: name, Key: "/pool/" + pool + "/" + name, Path: "/pool/" + pool + "/" + name,
+		Type: "file", Format: "raw", CapacityBytes: capacity}
+}
+
+// Volume looks a volume up.
+func (s *Storage) Volume(_ context.Context, pool, name string) (libvirt.Volume, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("Volume", pool, name); err != nil {
+		return libvirt.Volume{}, err
+	}
+	v, ok := s.vols[pool+"/"+name]
+	if !ok {
+		return libvirt.Volume{}, NotFound
+	}
+	return v.info, nil
+}
+
+// CreateVolume creates a volume from its XML; it fails with Exists when the name is taken.
+func (s *Storage) CreateVolume(_ context.Context, pool, x string) (libvirt.Volume, error) {
+	sv := &libvirtxml.StorageVolume{}
+	if err := sv.Unmarshal(x); err != nil {
+		return libvirt.Volume{}, err
+	}
+	if s.BeforeCreate != nil {
+		s.BeforeCreate(pool, sv.Name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("CreateVolume", pool, sv.Name); err != nil {
+		return libvirt.Volume{}, err
+	}
+	if _, ok := s.vols[pool+"/"+sv.Name]; ok {
+		return libvirt.Volume{}, Exists
+	}
+	var c uint64
+	if sv.Capacity != nil {
+		c = sv.Capacity.Value
+	}
+	v := &vol{info: info(pool, sv.Name, c), data: make([]byte, 0)}
+	if sv.Target != nil && sv.Target.Format != nil {
+		v.info.Format = sv.Target.Format.Type
+	}
+	s.vols[pool+"/"+sv.Name] = v
+	return v.info, nil
+}
+
+// Upload replaces a volume's content.
+func (s *Storage) Upload(_ context.Context, pool, name string, r io.Reader, length uint64) error {
+	b, err := io.ReadAll(io.LimitReader(r, int64(length))) //nolint:gosec // test sizes
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("Upload", pool, name); err != nil {
+		return err
+	}
+	v, ok := s.vols[pool+"/"+name]
+	if !ok {
+		return NotFound
+	}
+	v.data = b
+	if uint64(len(b)) > v.info.CapacityBytes {
+		v.info.CapacityBytes = uint64(len(b))
+	}
+	return nil
+}
+
+// Download writes length bytes from offset (0: to the end).
+func (s *Storage) Download(_ context.Context, pool, name string, w io.Writer, offset, length uint64) error {
+	s.mu.Lock()
+	if err := s.call("Download", pool, name); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	v, ok := s.vols[pool+"/"+name]
+	if !ok {
+		s.mu.Unlock()
+		return NotFound
+	}
+	b := v.data
+	s.mu.Unlock()
+	if offset > uint64(len(b)) {
+		offset = uint64(len(b))
+	}
+	b = b[offset:]
+	if length > 0 && length < uint64(len(b)) {
+		b = b[:length]
+	}
+	_, err := io.Copy(w, bytes.NewReader(b))
+	return err
+}
+
+// DeleteVolume deletes a volume.
+func (s *Storage) DeleteVolume(_ context.Context, pool, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("DeleteVolume", pool, name); err != nil {
+		return err
+	}
+	if _, ok := s.vols[pool+"/"+name]; !ok {
+		return NotFound
+	}
+	delete(s.vols, pool+"/"+name)
+	return nil
+}
+
+// ResizeVolume sets a volume's capacity.
+func (s *Storage) ResizeVolume(_ context.Context, pool, name string, size uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("ResizeVolume", pool, name); err != nil {
+		return err
+	}
+	v, ok := s.vols[pool+"/"+name]
+	if !ok {
+		return NotFound
+	}
+	v.info.CapacityBytes = size
+	if uint64(len(v.data)) > size {
+		v.data = v.data[:size]
+	}
+	return nil
+}
+
+// DomainDisks returns Disks.
+func (s *Storage) DomainDisks(context.Context) ([]libvirt.DomainDisk, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("DomainDisks", "", ""); err != nil {
+		return nil, err
+	}
+	return append([]libvirt.DomainDisk(nil), s.Disks...), nil
+}
