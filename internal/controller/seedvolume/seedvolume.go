@@ -33,6 +33,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
+	"github.com/provider-kvm/provider-kvm/internal/ownership"
 	"github.com/provider-kvm/provider-kvm/internal/seed"
 )
 
@@ -49,8 +50,12 @@ const (
 	errUsers        = "cannot check which domains use the seed volume"
 	errInUse        = "seed volume %s is attached to domain %s: delete or change that KVMDomain first"
 	errUnexpectedMG = "managed resource is not a SeedVolume"
+	errExternalName = "the crossplane.io/external-name annotation %q is not the name of this SeedVolume's volume, %q: the provider derives the names of the volumes it manages, so that no resource can act on another's; remove the annotation or set it to %q"
+)
 
+const (
 	reasonUploaded event.Reason = "SeedUploaded"
+	reasonLeft     event.Reason = "VolumeLeftAlone"
 )
 
 // Setup adds the SeedVolume controller; it starts once the SeedVolume CRD is established.
@@ -68,6 +73,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 				kube:     mgr.GetClient(),
 				recorder: rec,
 				conn:     connection.NewConnector(mgr.GetClient(), pool, rec),
+				records:  ownership.NewRecords(),
 			}
 		},
 	})
@@ -88,6 +94,7 @@ type connector struct {
 	kube     client.Client
 	recorder event.Recorder
 	conn     *connection.Connector
+	records  *ownership.Records
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.TypedExternalClient[*v1alpha1.SeedVolume], error) {
@@ -98,6 +105,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (manag
 	return &external{
 		kube: c.kube, recorder: c.recorder, defaults: s.Defaults,
 		storage: libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)),
+		records: c.records, host: s.Address(),
 	}, nil
 }
 
@@ -106,13 +114,45 @@ type external struct {
 	recorder event.Recorder
 	defaults v1alpha1.HostDefaults
 	storage  Storage
+	records  *ownership.Records
+	host     string // the host's address, for the records' cache
 }
 
-func (e *external) pool(cr *v1alpha1.SeedVolume) string {
-	if cr.Spec.ForProvider.Pool != "" {
-		return cr.Spec.ForProvider.Pool
+// target is the volume a SeedVolume manages: its derived name, pool and owner.
+type target struct {
+	name, pool string
+	owner      ownership.Owner
+}
+
+// target derives the volume's name from the resource (never from the user-settable
+// external-name annotation). The pool is the one recorded in status once the volume was
+// made, so a changed host default does not orphan it.
+func (e *external) target(cr *v1alpha1.SeedVolume) target {
+	t := target{
+		name:  names.SeedVolume(cr.GetNamespace(), cr.GetName(), string(cr.GetUID())),
+		pool:  cr.Spec.ForProvider.Pool,
+		owner: ownership.Owner{Kind: v1alpha1.SeedVolumeKind, UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName()},
 	}
-	return e.defaults.Pool
+	switch {
+	case t.pool != "":
+	case cr.Status.AtProvider.Pool != "":
+		t.pool = cr.Status.AtProvider.Pool
+	default:
+		t.pool = e.defaults.Pool
+	}
+	return t
+}
+
+// checkExternalName refuses an external name that is not the derived one.
+func checkExternalName(cr *v1alpha1.SeedVolume, t target) error {
+	if n := meta.GetExternalName(cr); n != "" && n != t.name {
+		return errors.Errorf(errExternalName, n, t.name, t.name)
+	}
+	return nil
+}
+
+func (e *external) verify(ctx context.Context, t target) error {
+	return e.records.Verify(ctx, e.storage, e.host, t.pool, t.name, t.owner)
 }
 
 // secretOrInline returns the inline value, or the Secret key's bytes, or nil.
@@ -167,16 +207,36 @@ func (e *external) build(ctx context.Context, cr *v1alpha1.SeedVolume) (*seed.Se
 }
 
 func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
-	name, pool := meta.GetExternalName(cr), e.pool(cr)
-	vol, err := e.storage.Volume(ctx, pool, name)
+	t := e.target(cr)
+	deleting := meta.WasDeleted(cr)
+	if err := checkExternalName(cr, t); err != nil && !deleting {
+		return managed.ExternalObservation{}, err
+	}
+	vol, err := e.storage.Volume(ctx, t.pool, t.name)
 	if libvirt.IsNotFound(err) {
+		if deleting {
+			// A create cut short may have left our ownership record: Delete removes it.
+			verr := e.verify(ctx, t)
+			if verr != nil && !ownership.IsNotOwned(verr) {
+				return managed.ExternalObservation{}, verr
+			}
+			return managed.ExternalObservation{ResourceExists: verr == nil}, nil
+		}
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	}
 	if err != nil {
 		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
 	}
-	if meta.WasDeleted(cr) {
-		// Deleting: the volume exists, Delete removes it.
+	if err := e.verify(ctx, t); err != nil {
+		if deleting && ownership.IsNotOwned(err) {
+			// Never ours to delete: the resource goes, the volume stays.
+			e.recorder.Event(cr, event.Warning(reasonLeft, err))
+			return managed.ExternalObservation{ResourceExists: false}, nil
+		}
+		return managed.ExternalObservation{}, err
+	}
+	if deleting {
+		// Deleting: the volume exists and is ours, Delete removes it.
 		return managed.ExternalObservation{ResourceExists: true}, nil
 	}
 	want, err := e.build(ctx, cr)
@@ -188,14 +248,14 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 	h := sha256.New()
 	have := ""
 	if vol.CapacityBytes == uint64(len(want.ISO)) {
-		if err := e.storage.Download(ctx, pool, name, h, 0, vol.CapacityBytes); err != nil {
+		if err := e.storage.Download(ctx, t.pool, t.name, h, 0, vol.CapacityBytes); err != nil {
 			return managed.ExternalObservation{}, errors.Wrap(err, errDownload)
 		}
 		have = hex.EncodeToString(h.Sum(nil))
 	}
 
-	cr.Status.AtProvider.VolumeName = name
-	cr.Status.AtProvider.Pool = pool
+	cr.Status.AtProvider.VolumeName = t.name
+	cr.Status.AtProvider.Pool = t.pool
 	cr.Status.AtProvider.Path = vol.Path
 	upToDate := have == want.SHA256
 	if upToDate {
@@ -208,58 +268,74 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 
 func (e *external) Create(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalCreation, error) {
 	cr.SetConditions(xpv2.Creating())
+	t := e.target(cr)
+	if err := checkExternalName(cr, t); err != nil {
+		return managed.ExternalCreation{}, err
+	}
 	s, err := e.build(ctx, cr)
 	if err != nil {
 		return managed.ExternalCreation{}, err
 	}
-	name, pool := meta.GetExternalName(cr), e.pool(cr)
-	xml, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: name, Format: "raw", CapacityBytes: uint64(len(s.ISO))})
+	// The ownership record comes first, so the volume never exists without one.
+	if err := e.records.Claim(ctx, e.storage, e.host, t.pool, t.name, t.owner); err != nil {
+		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
+	}
+	xml, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: t.name, Format: "raw", CapacityBytes: uint64(len(s.ISO))})
 	if err != nil {
 		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
 	}
-	if _, err := e.storage.CreateVolume(ctx, pool, xml); err != nil && !libvirt.IsExists(err) {
+	if _, err := e.storage.CreateVolume(ctx, t.pool, xml); err != nil && !libvirt.IsExists(err) {
 		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
 	}
-	return managed.ExternalCreation{}, e.upload(ctx, cr, pool, name, s)
+	return managed.ExternalCreation{}, e.upload(ctx, cr, t, s)
 }
 
 func (e *external) Update(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalUpdate, error) {
+	t := e.target(cr)
+	if err := checkExternalName(cr, t); err != nil {
+		return managed.ExternalUpdate{}, err
+	}
 	s, err := e.build(ctx, cr)
 	if err != nil {
 		return managed.ExternalUpdate{}, err
 	}
-	name, pool := meta.GetExternalName(cr), e.pool(cr)
-	vol, err := e.storage.Volume(ctx, pool, name)
+	vol, err := e.storage.Volume(ctx, t.pool, t.name)
 	if err != nil {
 		return managed.ExternalUpdate{}, errors.Wrap(err, errLookup)
+	}
+	if err := e.verify(ctx, t); err != nil {
+		return managed.ExternalUpdate{}, err
 	}
 	// Rewrite in place: a running guest may hold the cdrom open, so the file is never
 	// deleted under it.
 	if vol.CapacityBytes != uint64(len(s.ISO)) {
-		if err := e.storage.ResizeVolume(ctx, pool, name, uint64(len(s.ISO))); err != nil {
+		if err := e.storage.ResizeVolume(ctx, t.pool, t.name, uint64(len(s.ISO))); err != nil {
 			return managed.ExternalUpdate{}, errors.Wrap(err, errResize)
 		}
 	}
-	return managed.ExternalUpdate{}, e.upload(ctx, cr, pool, name, s)
+	return managed.ExternalUpdate{}, e.upload(ctx, cr, t, s)
 }
 
-func (e *external) upload(ctx context.Context, cr *v1alpha1.SeedVolume, pool, name string, s *seed.Seed) error {
-	if err := e.storage.Upload(ctx, pool, name, bytes.NewReader(s.ISO), uint64(len(s.ISO))); err != nil {
+func (e *external) upload(ctx context.Context, cr *v1alpha1.SeedVolume, t target, s *seed.Seed) error {
+	if err := e.storage.Upload(ctx, t.pool, t.name, bytes.NewReader(s.ISO), uint64(len(s.ISO))); err != nil {
 		return errors.Wrap(err, errUpload)
 	}
-	e.recorder.Event(cr, event.Normal(reasonUploaded, "Uploaded seed ISO "+name+" (sha256 "+s.SHA256+")"))
+	e.recorder.Event(cr, event.Normal(reasonUploaded, "Uploaded seed ISO "+t.name+" (sha256 "+s.SHA256+")"))
 	return nil
 }
 
 func (e *external) Delete(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalDelete, error) {
 	cr.SetConditions(xpv2.Deleting())
-	name, pool := meta.GetExternalName(cr), e.pool(cr)
-	vol, err := e.storage.Volume(ctx, pool, name)
+	t := e.target(cr)
+	vol, err := e.storage.Volume(ctx, t.pool, t.name)
 	if libvirt.IsNotFound(err) {
-		return managed.ExternalDelete{}, nil
+		return managed.ExternalDelete{}, errors.Wrap(e.records.Release(ctx, e.storage, e.host, t.pool, t.name, t.owner), errDelete)
 	}
 	if err != nil {
 		return managed.ExternalDelete{}, errors.Wrap(err, errLookup)
+	}
+	if err := e.verify(ctx, t); err != nil {
+		return managed.ExternalDelete{}, err
 	}
 	disks, err := e.storage.DomainDisks(ctx)
 	if err != nil {
@@ -267,10 +343,13 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 	}
 	for _, d := range disks {
 		if d.Path == vol.Path {
-			return managed.ExternalDelete{}, errors.Errorf(errInUse, name, d.Domain)
+			return managed.ExternalDelete{}, errors.Errorf(errInUse, t.name, d.Domain)
 		}
 	}
-	return managed.ExternalDelete{}, errors.Wrap(e.storage.DeleteVolume(ctx, pool, name), errDelete)
+	if err := e.storage.DeleteVolume(ctx, t.pool, t.name); err != nil && !libvirt.IsNotFound(err) {
+		return managed.ExternalDelete{}, errors.Wrap(err, errDelete)
+	}
+	return managed.ExternalDelete{}, errors.Wrap(e.records.Release(ctx, e.storage, e.host, t.pool, t.name, t.owner), errDelete)
 }
 
 func (e *external) Disconnect(context.Context) error { return nil }

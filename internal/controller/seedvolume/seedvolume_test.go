@@ -2,139 +2,415 @@ package seedvolume
 
 import (
 	"context"
-	"errors"
-	"io"
 	"strings"
 	"testing"
+	"time"
 
-	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/google/go-cmp/cmp"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
+	"github.com/provider-kvm/provider-kvm/internal/ownership"
 )
 
-// fakeStorage is a Storage made of function fields.
-type fakeStorage struct {
-	volume   func(pool, name string) (libvirt.Volume, error)
-	create   func(pool, xml string) (libvirt.Volume, error)
-	upload   func(pool, name string, data []byte) error
-	download func(pool, name string, w io.Writer) error
-	delete   func(pool, name string) error
-	disks    func() ([]libvirt.DomainDisk, error)
-	resize   func(pool, name string, size uint64) error
-}
+const (
+	pool    = "default"
+	volName = "ns_vm-0b5e2c4a.seed.iso"
+	uid     = "0b5e2c4a-1111-2222-3333-444455556666"
+	// victim is another namespace's seed volume on the same host.
+	victim = "other_web-9f9f9f9f.seed.iso"
+)
 
-func (f *fakeStorage) Volume(_ context.Context, pool, name string) (libvirt.Volume, error) {
-	return f.volume(pool, name)
-}
-func (f *fakeStorage) CreateVolume(_ context.Context, pool, xml string) (libvirt.Volume, error) {
-	return f.create(pool, xml)
-}
-func (f *fakeStorage) Upload(_ context.Context, pool, name string, r io.Reader, _ uint64) error {
-	b, _ := io.ReadAll(r)
-	return f.upload(pool, name, b)
-}
-func (f *fakeStorage) Download(_ context.Context, pool, name string, w io.Writer, _, _ uint64) error {
-	return f.download(pool, name, w)
-}
-func (f *fakeStorage) DeleteVolume(_ context.Context, pool, name string) error {
-	return f.delete(pool, name)
-}
-func (f *fakeStorage) DomainDisks(context.Context) ([]libvirt.DomainDisk, error) { return f.disks() }
-func (f *fakeStorage) ResizeVolume(_ context.Context, pool, name string, size uint64) error {
-	return f.resize(pool, name, size)
-}
+var (
+	us   = ownership.Owner{Kind: v1alpha1.SeedVolumeKind, UID: uid, Namespace: "ns", Name: "vm"}
+	them = ownership.Owner{Kind: v1alpha1.SeedVolumeKind, UID: "9f9f9f9f-0000", Namespace: "other", Name: "web"}
+)
 
-var errNotFound = golibvirt.Error{Code: uint32(golibvirt.ErrNoStorageVol), Message: "no volume"}
-
-func seedVolume(userData string) *v1alpha1.SeedVolume {
-	sv := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "0b5e2c4a-1111-2222-3333-444455556666"}}
-	sv.Spec.ForProvider.UserData = &userData
-	meta.SetExternalName(sv, "ns_vm-0b5e2c4a.seed.iso")
+// cr is a SeedVolume; opts change it.
+func cr(opts ...func(*v1alpha1.SeedVolume)) *v1alpha1.SeedVolume {
+	ud := "#cloud-config\n"
+	sv := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: uid}}
+	sv.Spec.ForProvider.UserData = &ud
+	meta.SetExternalName(sv, volName)
+	for _, o := range opts {
+		o(sv)
+	}
 	return sv
 }
 
-func TestObserve(t *testing.T) {
-	// The ISO the spec asks for, to serve it back as the host's content.
-	want, err := (&external{}).build(context.Background(), seedVolume("#cloud-config\n"))
+func deleting(sv *v1alpha1.SeedVolume) { now := metav1.Now(); sv.SetDeletionTimestamp(&now) }
+func externalName(n string) func(*v1alpha1.SeedVolume) {
+	return func(sv *v1alpha1.SeedVolume) { meta.SetExternalName(sv, n) }
+}
+func withUserData(u string) func(*v1alpha1.SeedVolume) {
+	return func(sv *v1alpha1.SeedVolume) { sv.Spec.ForProvider.UserData = &u }
+}
+
+// iso is the seed cr asks for.
+func iso(t *testing.T, sv *v1alpha1.SeedVolume) []byte {
+	t.Helper()
+	s, err := (&external{}).build(context.Background(), sv.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol := libvirt.Volume{Name: "ns_vm-0b5e2c4a.seed.iso", Path: "/pool/ns_vm-0b5e2c4a.seed.iso", CapacityBytes: uint64(len(want.ISO))}
-	serve := func(b []byte) func(string, string, io.Writer) error {
-		return func(_, _ string, w io.Writer) error { _, err := w.Write(b); return err }
+	return s.ISO
+}
+
+func record(t *testing.T, vol string, o ownership.Owner) []byte {
+	t.Helper()
+	b, err := ownership.Encode(vol, o, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
 	}
-	corrupt := append([]byte{}, want.ISO...)
+	return b
+}
+
+// host is a fake host's state: the seed, its record, a victim's seed and record.
+type hostState struct {
+	seed, seedRecord, victimSeed []byte
+	disks                        []libvirt.DomainDisk
+	fail                         func(op, pool, name string) error
+}
+
+func (h hostState) storage(t *testing.T) *fakestorage.Storage {
+	s := fakestorage.New()
+	if h.seed != nil {
+		s.Put(pool, volName, h.seed)
+	}
+	if h.seedRecord != nil {
+		s.Put(pool, ownership.RecordVolume(volName), h.seedRecord)
+	}
+	if h.victimSeed != nil {
+		s.Put(pool, victim, h.victimSeed)
+		s.Put(pool, ownership.RecordVolume(victim), record(t, victim, them))
+	}
+	s.Disks = h.disks
+	s.Fail = h.fail
+	return s
+}
+
+// after is what the tests compare: the result and what is left on the host.
+type after struct {
+	Exists, UpToDate bool
+	Err              string // a substring of the error, "" for none
+	Seed             string // "want" (the ISO cr asks for), "other" (anything else), "" (absent)
+	Record           string // the UID the record names, "" when absent
+	VictimSeed       string // "untouched", "changed", or "" when absent
+}
+
+func observeOf(t *testing.T, s *fakestorage.Storage, want, victimBefore []byte, err error, errSub string) after {
+	t.Helper()
+	a := after{}
+	if err != nil {
+		a.Err = err.Error()
+		if errSub != "" && strings.Contains(a.Err, errSub) {
+			a.Err = errSub
+		}
+	}
+	if b, ok := s.Get(pool, volName); ok {
+		a.Seed = "other"
+		if string(b) == string(want) {
+			a.Seed = "want"
+		}
+	}
+	if b, ok := s.Get(pool, ownership.RecordVolume(volName)); ok {
+		if r, err := ownership.Decode(b); err == nil {
+			a.Record = r.Owner.UID
+		} else {
+			a.Record = "torn"
+		}
+	}
+	if b, ok := s.Get(pool, victim); ok {
+		a.VictimSeed = "changed"
+		if string(b) == string(victimBefore) {
+			a.VictimSeed = "untouched"
+		}
+	}
+	return a
+}
+
+func newExternal(s *fakestorage.Storage) *external {
+	return &external{storage: s, defaults: v1alpha1.HostDefaults{Pool: pool}, recorder: event.NewNopRecorder(),
+		records: ownership.NewRecords(), host: "root@h:22"}
+}
+
+func TestObserve(t *testing.T) {
+	want := iso(t, cr())
+	corrupt := append([]byte{}, want...)
 	corrupt[len(corrupt)-1] ^= 0xff
+	ours := record(t, volName, us)
+	victimISO := []byte("victim's seed")
 
 	cases := map[string]struct {
-		storage *fakeStorage
-		want    managed.ExternalObservation
-		wantErr string
+		reason string
+		cr     *v1alpha1.SeedVolume
+		host   hostState
+		errSub string
+		want   after
 	}{
 		"Absent": {
-			storage: &fakeStorage{volume: func(string, string) (libvirt.Volume, error) { return libvirt.Volume{}, errNotFound }},
-			want:    managed.ExternalObservation{ResourceExists: false},
+			reason: "no volume: it does not exist",
+			cr:     cr(), want: after{},
 		},
 		"Identical": {
-			storage: &fakeStorage{volume: func(string, string) (libvirt.Volume, error) { return vol, nil }, download: serve(want.ISO)},
-			want:    managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true},
+			reason: "our volume with the wanted bytes is up to date",
+			cr:     cr(), host: hostState{seed: want, seedRecord: ours},
+			want: after{Exists: true, UpToDate: true, Seed: "want", Record: uid},
 		},
 		"SameSizeOtherBytes": {
-			storage: &fakeStorage{volume: func(string, string) (libvirt.Volume, error) { return vol, nil }, download: serve(corrupt)},
-			want:    managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: false},
+			reason: "a corrupted seed of the right size needs an update",
+			cr:     cr(), host: hostState{seed: corrupt, seedRecord: ours},
+			want: after{Exists: true, Seed: "other", Record: uid},
 		},
 		"Truncated": {
-			storage: &fakeStorage{volume: func(string, string) (libvirt.Volume, error) {
-				v := vol
-				v.CapacityBytes = 4096
-				return v, nil
-			}},
-			want: managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: false},
+			reason: "a truncated seed needs an update",
+			cr:     cr(), host: hostState{seed: want[:4096], seedRecord: ours},
+			want: after{Exists: true, Seed: "other", Record: uid},
+		},
+		"NoRecord": {
+			reason: "a volume of our name without an ownership record is never taken over",
+			cr:     cr(), host: hostState{seed: want},
+			errSub: "carries no ownership record",
+			want:   after{Err: "carries no ownership record", Seed: "want"},
+		},
+		"ForeignRecord": {
+			reason: "a volume whose record names another resource is refused",
+			cr:     cr(), host: hostState{seed: want, seedRecord: record(t, volName, them)},
+			errSub: "it belongs to SeedVolume other/web",
+			want:   after{Err: "it belongs to SeedVolume other/web", Seed: "want", Record: them.UID},
+		},
+		"ExternalNameOfAnother": {
+			reason: "an external name pointing at another namespace's seed is refused before any call",
+			cr:     cr(externalName(victim)), host: hostState{victimSeed: victimISO},
+			errSub: "is not the name of this SeedVolume's volume",
+			want:   after{Err: "is not the name of this SeedVolume's volume", VictimSeed: "untouched"},
 		},
 		"LookupFails": {
-			storage: &fakeStorage{volume: func(string, string) (libvirt.Volume, error) { return libvirt.Volume{}, errors.New("boom") }},
-			wantErr: errLookup,
+			reason: "a failed lookup is an error",
+			cr:     cr(), host: hostState{fail: func(op, _, _ string) error { return context.DeadlineExceeded }},
+			errSub: errLookup, want: after{Err: errLookup},
+		},
+		"DeletingOurs": {
+			reason: "while deleting, our volume exists so that Delete removes it",
+			cr:     cr(deleting), host: hostState{seed: want, seedRecord: ours},
+			want: after{Exists: true, Seed: "want", Record: uid},
+		},
+		"DeletingRecordOnly": {
+			reason: "while deleting, a record left by a cut create still exists",
+			cr:     cr(deleting), host: hostState{seedRecord: ours},
+			want: after{Exists: true, Record: uid},
+		},
+		"DeletingForeign": {
+			reason: "while deleting, a volume not ours is reported absent and left alone",
+			cr:     cr(deleting), host: hostState{seed: want},
+			want: after{Seed: "want"},
+		},
+		"DeletingWithForeignExternalName": {
+			reason: "while deleting, a changed external name is ignored: the derived volume goes",
+			cr:     cr(deleting, externalName(victim)), host: hostState{seed: want, seedRecord: ours, victimSeed: victimISO},
+			want: after{Exists: true, Seed: "want", Record: uid, VictimSeed: "untouched"},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := &external{storage: tc.storage, defaults: v1alpha1.HostDefaults{Pool: "default"}, recorder: event.NewNopRecorder()}
-			got, err := e.Observe(context.Background(), seedVolume("#cloud-config\n"))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("Observe(): want error %q, got %v", tc.wantErr, err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Observe(): %v", err)
-			}
+			s := tc.host.storage(t)
+			o, err := newExternal(s).Observe(context.Background(), tc.cr)
+			s.Fail = nil
+			got := observeOf(t, s, want, victimISO, err, tc.errSub)
+			got.Exists, got.UpToDate = o.ResourceExists, o.ResourceUpToDate
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("Observe(): -want, +got:\n%s", diff)
+				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}
 }
 
-func TestDeleteRefusesWhileAttached(t *testing.T) {
-	vol := libvirt.Volume{Name: "ns_vm-0b5e2c4a.seed.iso", Path: "/pool/ns_vm-0b5e2c4a.seed.iso"}
-	deleted := false
-	e := &external{defaults: v1alpha1.HostDefaults{Pool: "default"}, storage: &fakeStorage{
-		volume: func(string, string) (libvirt.Volume, error) { return vol, nil },
-		disks: func() ([]libvirt.DomainDisk, error) {
-			return []libvirt.DomainDisk{{Domain: "ns_vm", Target: "sda", Path: vol.Path}}, nil
+func TestCreate(t *testing.T) {
+	want := iso(t, cr())
+	victimISO := []byte("victim's seed")
+	cases := map[string]struct {
+		reason string
+		cr     *v1alpha1.SeedVolume
+		host   hostState
+		errSub string
+		want   after
+	}{
+		"Fresh": {
+			reason: "the record, then the volume with the seed",
+			cr:     cr(), want: after{Seed: "want", Record: uid},
 		},
-		delete: func(string, string) error { deleted = true; return nil },
-	}}
-	_, err := e.Delete(context.Background(), seedVolume(""))
-	if err == nil || !strings.Contains(err.Error(), "attached to domain ns_vm") || deleted {
-		t.Fatalf("Delete(): want refusal naming the domain and no delete, got err=%v deleted=%v", err, deleted)
+		"RecordLeftByCutCreate": {
+			reason: "a create cut after the record goes on",
+			cr:     cr(), host: hostState{seedRecord: record(t, volName, us)},
+			want: after{Seed: "want", Record: uid},
+		},
+		"ForeignRecord": {
+			reason: "another's record at our name stops the create",
+			cr:     cr(), host: hostState{seedRecord: record(t, volName, them)},
+			errSub: "it belongs to", want: after{Err: "it belongs to", Record: them.UID},
+		},
+		"ExternalNameOfAnother": {
+			reason: "an external name of another's volume creates nothing and touches nothing",
+			cr:     cr(externalName(victim)), host: hostState{victimSeed: victimISO},
+			errSub: "is not the name", want: after{Err: "is not the name", VictimSeed: "untouched"},
+		},
+		"CreateFails": {
+			reason: "a failed volume create is an error (the record stays, ours)",
+			cr:     cr(), host: hostState{fail: func(op, _, n string) error {
+				if op == "CreateVolume" && n == volName {
+					return context.DeadlineExceeded
+				}
+				return nil
+			}},
+			errSub: errCreate, want: after{Err: errCreate, Record: uid},
+		},
+		"UploadFails": {
+			reason: "a failed upload is an error",
+			cr:     cr(), host: hostState{fail: func(op, _, n string) error {
+				if op == "Upload" && n == volName {
+					return context.DeadlineExceeded
+				}
+				return nil
+			}},
+			errSub: errUpload, want: after{Err: errUpload, Seed: "other", Record: uid},
+		},
+		"SecretMissing": {
+			reason: "bad input creates nothing on the host",
+			cr: cr(func(sv *v1alpha1.SeedVolume) {
+				sv.Spec.ForProvider.UserData = nil
+				sv.Spec.ForProvider.UserDataSecretRef = &v1alpha1.LocalSecretKeySelector{Name: "s", Key: "k"}
+			}),
+			errSub: "cannot read user-data", want: after{Err: "cannot read user-data"},
+		},
 	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := tc.host.storage(t)
+			e := newExternal(s)
+			e.kube = noSecrets{}
+			_, err := e.Create(context.Background(), tc.cr)
+			s.Fail = nil
+			got := observeOf(t, s, want, victimISO, err, tc.errSub)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nCreate(): -want, +got:\n%s\nerr: %v", tc.reason, diff, err)
+			}
+		})
+	}
+}
+
+func TestUpdate(t *testing.T) {
+	newUD := cr(withUserData("#cloud-config\nhostname: x\n"))
+	want := iso(t, newUD)
+	old := iso(t, cr())
+	victimISO := []byte("victim's seed")
+	cases := map[string]struct {
+		reason string
+		cr     *v1alpha1.SeedVolume
+		host   hostState
+		errSub string
+		want   after
+	}{
+		"Rewrite": {
+			reason: "our volume is rewritten with the new seed",
+			cr:     newUD, host: hostState{seed: old, seedRecord: record(t, volName, us)},
+			want: after{Seed: "want", Record: uid},
+		},
+		"NoRecord": {
+			reason: "a volume without our record is never rewritten",
+			cr:     newUD, host: hostState{seed: old},
+			errSub: "carries no ownership record", want: after{Err: "carries no ownership record", Seed: "other"},
+		},
+		"ExternalNameOfAnother": {
+			reason: "an external name of another's volume rewrites nothing",
+			cr:     cr(withUserData("#cloud-config\nhostname: pwned\n"), externalName(victim)), host: hostState{seed: old, seedRecord: record(t, volName, us), victimSeed: victimISO},
+			errSub: "is not the name", want: after{Err: "is not the name", Seed: "other", Record: uid, VictimSeed: "untouched"},
+		},
+		"Gone": {
+			reason: "a volume gone since Observe is an error",
+			cr:     newUD, errSub: errLookup, want: after{Err: errLookup},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := tc.host.storage(t)
+			_, err := newExternal(s).Update(context.Background(), tc.cr)
+			got := observeOf(t, s, want, victimISO, err, tc.errSub)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nUpdate(): -want, +got:\n%s\nerr: %v", tc.reason, diff, err)
+			}
+		})
+	}
+}
+
+func TestDelete(t *testing.T) {
+	want := iso(t, cr())
+	victimISO := []byte("victim's seed")
+	ours := record(t, volName, us)
+	cases := map[string]struct {
+		reason string
+		cr     *v1alpha1.SeedVolume
+		host   hostState
+		errSub string
+		want   after
+	}{
+		"Ours": {
+			reason: "our unused volume and its record go",
+			cr:     cr(deleting), host: hostState{seed: want, seedRecord: ours}, want: after{},
+		},
+		"Attached": {
+			reason: "a volume a domain uses is never deleted",
+			cr:     cr(deleting), host: hostState{seed: want, seedRecord: ours, disks: []libvirt.DomainDisk{{Domain: "ns_vm", Target: "sda", Path: "/pool/default/" + volName}}},
+			errSub: "attached to domain ns_vm", want: after{Err: "attached to domain ns_vm", Seed: "want", Record: uid},
+		},
+		"RecordOnly": {
+			reason: "a record without its volume goes",
+			cr:     cr(deleting), host: hostState{seedRecord: ours}, want: after{},
+		},
+		"NoRecord": {
+			reason: "a volume without our record is never deleted",
+			cr:     cr(deleting), host: hostState{seed: want},
+			errSub: "carries no ownership record", want: after{Err: "carries no ownership record", Seed: "want"},
+		},
+		"ExternalNameOfAnother": {
+			reason: "the derived volume goes, never the one the external name names",
+			cr:     cr(deleting, externalName(victim)), host: hostState{seed: want, seedRecord: ours, victimSeed: victimISO},
+			want: after{VictimSeed: "untouched"},
+		},
+		"DisksFail": {
+			reason: "when the users cannot be listed nothing is deleted",
+			cr:     cr(deleting), host: hostState{seed: want, seedRecord: ours, fail: func(op, _, _ string) error {
+				if op == "DomainDisks" {
+					return context.DeadlineExceeded
+				}
+				return nil
+			}},
+			errSub: errUsers, want: after{Err: errUsers, Seed: "want", Record: uid},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := tc.host.storage(t)
+			_, err := newExternal(s).Delete(context.Background(), tc.cr)
+			s.Fail = nil
+			got := observeOf(t, s, want, victimISO, err, tc.errSub)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nDelete(): -want, +got:\n%s\nerr: %v", tc.reason, diff, err)
+			}
+		})
+	}
+}
+
+// noSecrets is a client.Reader that finds nothing.
+type noSecrets struct{ client.Reader }
+
+func (noSecrets) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	return kerrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, key.Name)
 }
