@@ -6,6 +6,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -156,47 +159,224 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
-func qcow2Head(version uint32, backing, size uint64, crypt uint32) []byte {
+// qcow2Head is the first 512 bytes of a qcow2 image: a valid header of version 2 or 3
+// (header_length 104, 64 KiB clusters), changed by mods.
+func qcow2Head(version uint32, backing, size uint64, crypt uint32, mods ...func(b []byte)) []byte {
 	b := make([]byte, 512)
 	copy(b, qcow2Magic)
 	binary.BigEndian.PutUint32(b[4:], version)
 	binary.BigEndian.PutUint64(b[8:], backing)
+	binary.BigEndian.PutUint32(b[20:], 16)
 	binary.BigEndian.PutUint64(b[24:], size)
 	binary.BigEndian.PutUint32(b[32:], crypt)
+	if version >= 3 {
+		binary.BigEndian.PutUint32(b[96:], 4)
+		binary.BigEndian.PutUint32(b[100:], qcow2V3HeaderLen)
+	}
+	for _, m := range mods {
+		m(b)
+	}
 	return b
 }
 
+// incompatible sets the incompatible_features of a version 3 header.
+func incompatible(bits uint64) func([]byte) {
+	return func(b []byte) { binary.BigEndian.PutUint64(b[72:], bits) }
+}
+
+// put32 sets the 32-bit field at off.
+func put32(off int, v uint32) func([]byte) {
+	return func(b []byte) { binary.BigEndian.PutUint32(b[off:], v) }
+}
+
 func TestCheckFormat(t *testing.T) {
-	cases := map[string]struct {
-		f       Format
-		head    []byte
+	type args struct {
+		f    Format
+		head []byte
+	}
+	type want struct {
 		virtual int64
-		errHas  string
+		err     string // a part of the error message; "" for none
+	}
+	// compression type zstd: header_length 112 with byte 104 set.
+	zstd := func(b []byte) {
+		binary.BigEndian.PutUint32(b[100:], 112)
+		b[104] = 1
+	}
+	cases := map[string]struct {
+		reason string
+		args   args
+		want   want
 	}{
-		"QCOW2v3":      {f: FormatQCOW2, head: qcow2Head(3, 0, 10<<30, 0), virtual: 10 << 30},
-		"QCOW2v2":      {f: FormatQCOW2, head: qcow2Head(2, 0, 1<<20, 0), virtual: 1 << 20},
-		"DefaultQCOW2": {f: "", head: qcow2Head(3, 0, 5, 0), virtual: 5},
-		"Raw":          {f: FormatRaw, head: []byte("\x00\x00\x00 plain disk")},
-		"RawEmpty":     {f: FormatRaw, head: nil},
-		"NotQCOW2":     {f: FormatQCOW2, head: []byte("<html>not found</html>"), errHas: "declared qcow2 but is not"},
-		"Short":        {f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0)[:40], errHas: "ends within"},
-		"Backing":      {f: FormatQCOW2, head: qcow2Head(3, 512, 5, 0), errHas: "backing file"},
-		"Encrypted":    {f: FormatQCOW2, head: qcow2Head(3, 0, 5, 1), errHas: "encrypted"},
-		"Version4":     {f: FormatQCOW2, head: qcow2Head(4, 0, 5, 0), errHas: "version 4"},
-		"ZeroSize":     {f: FormatQCOW2, head: qcow2Head(3, 0, 0, 0), errHas: "virtual size"},
-		"RawIsQCOW2":   {f: FormatRaw, head: qcow2Head(3, 0, 5, 0), errHas: "set format: qcow2"},
+		"QCOW2v3": {
+			reason: "A plain version 3 image gives its virtual size.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 10<<30, 0)},
+			want:   want{virtual: 10 << 30},
+		},
+		"QCOW2v2": {
+			reason: "A version 2 image has no fields after byte 72.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(2, 0, 1<<20, 0)},
+			want:   want{virtual: 1 << 20},
+		},
+		"QCOW2v2Short": {
+			reason: "72 bytes are a whole version 2 header.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(2, 0, 1<<20, 0)[:72]},
+			want:   want{virtual: 1 << 20},
+		},
+		"DefaultQCOW2": {
+			reason: "An empty format means qcow2.",
+			args:   args{f: "", head: qcow2Head(3, 0, 5, 0)},
+			want:   want{virtual: 5},
+		},
+		"Raw": {
+			reason: "Raw images are not parsed.",
+			args:   args{f: FormatRaw, head: []byte("\x00\x00\x00 plain disk")},
+		},
+		"RawEmpty": {
+			reason: "An empty raw image is raw.",
+			args:   args{f: FormatRaw},
+		},
+		"NotQCOW2": {
+			reason: "An HTML error page is not a qcow2 image.",
+			args:   args{f: FormatQCOW2, head: []byte("<html>not found</html>")},
+			want:   want{err: "declared qcow2 but is not"},
+		},
+		"Short": {
+			reason: "An image that ends within the version 2 header is refused.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0)[:40]},
+			want:   want{err: "ends within its qcow2 header (40 bytes)"},
+		},
+		"ShortV3": {
+			reason: "A version 3 image that ends within its 104-byte header is refused.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0)[:90]},
+			want:   want{err: "ends within its qcow2 version 3 header (90 bytes)"},
+		},
+		"ShortV3LongHeader": {
+			reason: "A version 3 image that ends within its announced header_length is refused.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, zstd)[:108]},
+			want:   want{err: "ends within its qcow2 header of 112 bytes"},
+		},
+		"HeaderLengthTooSmall": {
+			reason: "Version 3 needs header_length 104 or more.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, put32(100, 72))},
+			want:   want{err: "header_length 72 is invalid"},
+		},
+		"HeaderLengthNotAligned": {
+			reason: "header_length is a multiple of 8.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, put32(100, 108))},
+			want:   want{err: "header_length 108 is invalid"},
+		},
+		"HeaderLengthBeyondCluster": {
+			reason: "The header fits in the first cluster.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, put32(20, 9), put32(100, 1024))},
+			want:   want{err: "header_length 1024 exceeds the cluster size 512"},
+		},
+		"ClusterBits": {
+			reason: "cluster_bits outside 9..21 is invalid.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, put32(20, 30))},
+			want:   want{err: "cluster_bits 30 is invalid"},
+		},
+		"RefcountOrder": {
+			reason: "refcount_order above 6 is invalid.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, put32(96, 7))},
+			want:   want{err: "refcount_order 7 is invalid"},
+		},
+		"Backing": {
+			reason: "A base image with a backing file is not self-contained.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 512, 5, 0)},
+			want:   want{err: "backing file"},
+		},
+		"BackingV2": {
+			reason: "Version 2 images are checked for a backing file too.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(2, 512, 5, 0)},
+			want:   want{err: "backing file"},
+		},
+		"Encrypted": {
+			reason: "Encrypted images are refused.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 1)},
+			want:   want{err: "encrypted (crypt_method 1)"},
+		},
+		"EncryptedLUKS": {
+			reason: "LUKS encryption (crypt_method 2) is refused.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 2)},
+			want:   want{err: "encrypted (crypt_method 2)"},
+		},
+		"Dirty": {
+			reason: "A dirty image needs a refcount repair first.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, incompatible(1<<0))},
+			want:   want{err: `incompatible feature "dirty" (bit 0)`},
+		},
+		"Corrupt": {
+			reason: "An image marked corrupt must not boot.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, incompatible(1<<1))},
+			want:   want{err: `incompatible feature "corrupt" (bit 1): QEMU marked it corrupt`},
+		},
+		"ExternalDataFile": {
+			reason: "An image whose data is in an external file is refused.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, incompatible(1<<2))},
+			want:   want{err: `incompatible feature "external data file" (bit 2)`},
+		},
+		"CompressionTypeZstd": {
+			reason: "zstd compressed clusters are fine.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, incompatible(1<<3), zstd)},
+			want:   want{virtual: 5},
+		},
+		"CompressionTypeUnknown": {
+			reason: "An unknown compression_type is refused.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, incompatible(1<<3), zstd, func(b []byte) { b[104] = 9 })},
+			want:   want{err: "unknown compression_type 9"},
+		},
+		"ExtendedL2": {
+			reason: "Subclusters are fine.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, incompatible(1<<4))},
+			want:   want{virtual: 5},
+		},
+		"UnknownIncompatible": {
+			reason: "An unknown incompatible feature bit is refused, named by its number.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, incompatible(1<<5))},
+			want:   want{err: "unknown incompatible feature bit 5"},
+		},
+		"UnknownIncompatibleHigh": {
+			reason: "Bit 63 is as unknown as bit 5; all refusals are named.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, incompatible(1<<63|1<<1))},
+			want:   want{err: `incompatible feature "corrupt" (bit 1): QEMU marked it corrupt; an image marked corrupt must not boot; unknown incompatible feature bit 63`},
+		},
+		"CompatibleAndAutoclearIgnored": {
+			reason: "Compatible and autoclear features may be ignored by readers.",
+			args: args{f: FormatQCOW2, head: qcow2Head(3, 0, 5, 0, func(b []byte) {
+				binary.BigEndian.PutUint64(b[80:], ^uint64(0))
+				binary.BigEndian.PutUint64(b[88:], ^uint64(0))
+			})},
+			want: want{virtual: 5},
+		},
+		"Version4": {
+			reason: "Versions other than 2 and 3 are refused.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(4, 0, 5, 0)},
+			want:   want{err: "version 4"},
+		},
+		"ZeroSize": {
+			reason: "A virtual size of 0 is invalid.",
+			args:   args{f: FormatQCOW2, head: qcow2Head(3, 0, 0, 0)},
+			want:   want{err: "virtual size"},
+		},
+		"RawIsQCOW2": {
+			reason: "A qcow2 image declared raw would boot as a disk full of qcow2 metadata.",
+			args:   args{f: FormatRaw, head: qcow2Head(3, 0, 5, 0)},
+			want:   want{err: "set format: qcow2"},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			v, err := checkFormat(tc.f, tc.head)
-			if tc.errHas != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
-					t.Fatalf("checkFormat error = %v, want one containing %q", err, tc.errHas)
+			v, err := checkFormat(tc.args.f, tc.args.head)
+			got := want{virtual: v}
+			if err != nil {
+				got = want{err: tc.want.err}
+				if !strings.Contains(err.Error(), tc.want.err) || tc.want.err == "" {
+					got.err = err.Error()
 				}
-				return
 			}
-			if err != nil || v != tc.virtual {
-				t.Fatalf("checkFormat = %d, %v; want %d", v, err, tc.virtual)
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\ncheckFormat(): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}
@@ -314,5 +494,45 @@ func TestImageStream(t *testing.T) {
 	s.close()
 	if err != errStalled {
 		t.Errorf("stalled stream error = %v", err)
+	}
+}
+
+// TestCheckFormatQEMUImages checks headers written by qemu-img itself, when it is installed.
+func TestCheckFormatQEMUImages(t *testing.T) {
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skip("qemu-img is not installed")
+	}
+	dir := t.TempDir()
+	cases := map[string]struct {
+		reason string
+		opts   string // qemu-img create -o
+		err    string // a part of the error; "" for none
+	}{
+		"Compat010":  {reason: "A version 2 image (compat=0.10) is accepted.", opts: "compat=0.10"},
+		"Compat11":   {reason: "A version 3 image (compat=1.1) is accepted.", opts: "compat=1.1"},
+		"Zstd":       {reason: "zstd compression is a known incompatible feature.", opts: "compression_type=zstd"},
+		"ExtendedL2": {reason: "Subclusters are a known incompatible feature.", opts: "extended_l2=on,cluster_size=128k"},
+		"DataFile":   {reason: "An external data file is refused.", opts: "data_file=" + filepath.Join(dir, "data.raw"), err: `"external data file" (bit 2)`},
+		"Backing":    {reason: "A backing file is refused.", opts: "backing_file=" + filepath.Join(dir, "Compat11.qcow2") + ",backing_fmt=qcow2", err: "backing file"},
+	}
+	for _, name := range []string{"Compat010", "Compat11", "Zstd", "ExtendedL2", "DataFile", "Backing"} {
+		tc := cases[name]
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(dir, name+".qcow2")
+			if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-o", tc.opts, p, "64M").CombinedOutput(); err != nil {
+				t.Skipf("qemu-img create -o %s: %v\n%s", tc.opts, err, out)
+			}
+			head, err := os.ReadFile(p) //nolint:gosec // temp file
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := checkFormat(FormatQCOW2, head)
+			switch {
+			case tc.err == "" && (err != nil || v != 64<<20):
+				t.Errorf("%s\ncheckFormat() = %d, %v; want %d", tc.reason, v, err, 64<<20)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("%s\ncheckFormat() error = %v, want one containing %q", tc.reason, err, tc.err)
+			}
+		})
 	}
 }
