@@ -233,6 +233,24 @@ func OwnerOf(domainXML string) (*Owner, error) {
 	}
 }
 
+// MACOf returns the MAC address of a domain's first network interface, or "" when it has
+// none. An imported domain reports its own address, not one derived from the resource.
+func MACOf(domainXML string) (string, error) {
+	d := &libvirtxml.Domain{}
+	if err := d.Unmarshal(domainXML); err != nil {
+		return "", errors.Wrap(err, errUnmarshal)
+	}
+	if d.Devices == nil {
+		return "", nil
+	}
+	for _, i := range d.Devices.Interfaces {
+		if i.MAC != nil && i.MAC.Address != "" {
+			return strings.ToLower(i.MAC.Address), nil
+		}
+	}
+	return "", nil
+}
+
 // MAC derives a stable, locally administered unicast MAC address from a resource UID, in
 // QEMU's 52:54:00 range so it looks familiar to operators.
 func MAC(uid string) string {

@@ -160,3 +160,21 @@ func TestMAC(t *testing.T) {
 		t.Error("MAC() gives two UIDs the same address")
 	}
 }
+
+func TestMACOf(t *testing.T) {
+	x, err := Domain(Spec{Name: "ns_vm", Type: "qemu", VCPU: 1, MemoryMiB: 512, Firmware: "uefi",
+		RootDisk: Volume{Pool: "p", Name: "root.qcow2"}, Network: "default", MAC: "52:54:00:AA:bb:cc", Owner: Owner{UID: "u", Namespace: "ns", Name: "vm"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := MACOf(x)
+	if err != nil || got != "52:54:00:aa:bb:cc" {
+		t.Errorf("MACOf() = %q, %v; want 52:54:00:aa:bb:cc", got, err)
+	}
+	if got, _ := MACOf("<domain type='kvm'><name>x</name></domain>"); got != "" {
+		t.Errorf("MACOf(no devices) = %q, want empty", got)
+	}
+	if _, err := MACOf("<domain"); err == nil {
+		t.Error("MACOf(bad XML) = nil error")
+	}
+}

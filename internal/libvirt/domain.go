@@ -144,6 +144,15 @@ func (c *Client) UndefineDomain(ctx context.Context, name string) error {
 	return errors.Wrapf(err, errUndefineDomain, name, c.conn.Address())
 }
 
+// BlockResize grows a running domain's disk (given by its path on the host) to size bytes;
+// QEMU resizes the image it holds open and tells the guest.
+func (c *Client) BlockResize(ctx context.Context, name, path string, size uint64) error {
+	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error {
+		return l.DomainBlockResize(d, path, size, golibvirt.DomainBlockResizeBytes)
+	})
+	return errors.Wrapf(err, "cannot resize disk %s of domain %s on %s", path, name, c.conn.Address())
+}
+
 // SetAutostart sets whether the domain starts with the host's libvirt daemon.
 func (c *Client) SetAutostart(ctx context.Context, name string, on bool) error {
 	v := int32(0)

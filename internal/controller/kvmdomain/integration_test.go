@@ -254,6 +254,27 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		if err := kube.Create(ctx, imp); err != nil {
 			t.Fatal(err)
 		}
+		// Imports are off by default: the import is refused and says how to allow it.
+		testenv.Eventually(t, time.Minute, "import refused while imports are off", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(imp), imp); err != nil {
+				return err
+			}
+			if c := imp.GetCondition(xpv2.TypeSynced); c.Status != corev1.ConditionFalse || !strings.Contains(c.Message, "imports are off on ClusterProviderConfig/default") {
+				return fmt.Errorf("Synced %q: %q", c.Status, c.Message)
+			}
+			if imp.Status.AtProvider.State != "" {
+				return fmt.Errorf("a refused import reports state %q", imp.Status.AtProvider.State)
+			}
+			return nil
+		})
+		cpc := &v1alpha1.ClusterProviderConfig{}
+		if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, cpc); err != nil {
+			t.Fatal(err)
+		}
+		cpc.Spec.Imports = &v1alpha1.ImportPolicy{Allowed: true, Namespaces: []string{ns}}
+		if err := kube.Update(ctx, cpc); err != nil {
+			t.Fatal(err)
+		}
 		testenv.Eventually(t, time.Minute, "foreign domain observed read-only", func() error {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(imp), imp); err != nil {
 				return err
@@ -360,4 +381,3 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 	})
 }
 
-func ptr[T any](v T) *T { return &v }

@@ -32,6 +32,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
+	"github.com/provider-kvm/provider-kvm/internal/ownership"
 	"github.com/provider-kvm/provider-kvm/internal/probe"
 )
 
@@ -52,6 +53,10 @@ const (
 	errDiskTooSmall  = "diskSizeGiB %d is smaller than the base image's virtual size (%d bytes)"
 	errWaitShutdown  = "waiting up to %s for the guest to shut down before it is removed"
 	errDeleteOverlay = "cannot delete the root disk overlay"
+	errExternalName  = "the crossplane.io/external-name annotation %q is not this KVMDomain's domain name, %q: the provider derives the names of the domains it manages, so that no resource can act on another's; remove the annotation or set it to %q (to import an existing domain, use managementPolicies [Observe] on a host whose config allows imports)"
+	errImportsOff    = "cannot import domain %s: imports are off on %s (the platform team allows them with spec.imports on that config)"
+	errImportForeign = "cannot import domain %s: it belongs to %s/%s (UID %s), and a domain managed by another resource is never imported"
+	errResizeOverlay = "cannot grow the root disk overlay"
 
 	// Connection detail keys: the guest's address, for a connection Secret.
 	ConnectionIPv4 = "ipv4"
@@ -60,6 +65,8 @@ const (
 	reasonRestartPending = event.Reason("RestartPending")
 	reasonInputsChanged  = event.Reason("InputsChanged")
 	reasonForcedOff      = event.Reason("ForcedPowerOff")
+	reasonDiskGrown      = event.Reason("DiskGrown")
+	reasonLeft           = event.Reason("VolumeLeftAlone")
 )
 
 // Setup adds the KVMDomain controller; it starts once the KVMDomain CRD is established.
@@ -76,7 +83,8 @@ func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.KVMDomain] {
 			return &connector{
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns,
-				conn: connection.NewConnector(mgr.GetClient(), pool, rec),
+				conn:    connection.NewConnector(mgr.GetClient(), pool, rec),
+				records: ownership.NewRecords(),
 			}
 		},
 	})
@@ -112,6 +120,22 @@ type connector struct {
 	recorder  event.Recorder
 	conn      *connection.Connector
 	shutdowns *shutdowns
+	records   *ownership.Records
+}
+
+// Host is what the external client needs of a libvirt host; *libvirt.Client is one.
+type Host interface {
+	ownership.Storage
+	Domain(ctx context.Context, name string) (libvirt.DomainInfo, error)
+	DomainIPv4(ctx context.Context, name, mac, source string) (string, error)
+	DefineDomain(ctx context.Context, xml string) error
+	SetAutostart(ctx context.Context, name string, on bool) error
+	StartDomain(ctx context.Context, name string) error
+	ShutdownDomain(ctx context.Context, name string) error
+	DestroyDomain(ctx context.Context, name string) error
+	UndefineDomain(ctx context.Context, name string) error
+	ResizeVolume(ctx context.Context, pool, name string, size uint64) error
+	BlockResize(ctx context.Context, name, path string, size uint64) error
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.TypedExternalClient[*v1alpha1.KVMDomain], error) {
@@ -122,6 +146,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 	return &external{
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, defaults: s.Defaults, source: s.Source,
 		lv: libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)), dial: s.DialContext,
+		records: c.records, host: s.Address(), importsAllowed: s.ImportsAllowed,
 	}, nil
 }
 
@@ -131,15 +156,73 @@ type external struct {
 	shutdowns *shutdowns
 	defaults  v1alpha1.HostDefaults
 	source    string
-	lv        *libvirt.Client
+	lv        Host
 	dial      probe.DialFunc
+	records   *ownership.Records
+	host      string // the host's address, for the records' cache
+	// importsAllowed: the config lets this resource import existing domains.
+	importsAllowed bool
 }
 
-func (e *external) pool(cr *v1alpha1.KVMDomain) string {
-	if cr.Spec.ForProvider.Pool != "" {
-		return cr.Spec.ForProvider.Pool
+// target is what a KVMDomain manages, all derived from the resource (never from the
+// user-settable external-name annotation): its domain, its overlay and the overlay's owner.
+type target struct {
+	domain, overlay, pool string
+	owner                 ownership.Owner
+}
+
+func (e *external) target(cr *v1alpha1.KVMDomain) target {
+	t := target{
+		domain:  names.Domain(cr.GetNamespace(), cr.GetName()),
+		overlay: names.Overlay(cr.GetNamespace(), cr.GetName(), string(cr.GetUID())),
+		pool:    cr.Spec.ForProvider.Pool,
+		owner:   ownership.Owner{Kind: v1alpha1.KVMDomainKind, UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName()},
 	}
-	return e.defaults.Pool
+	if t.pool == "" {
+		t.pool = e.defaults.Pool
+	}
+	return t
+}
+
+func (e *external) pool(cr *v1alpha1.KVMDomain) string { return e.target(cr).pool }
+
+// observed is the name of the domain Observe looks at, and whether that is an import: the
+// derived name, or for an allowed import the external name.
+func (e *external) observed(cr *v1alpha1.KVMDomain, t target) (name string, importing bool, err error) {
+	n := meta.GetExternalName(cr)
+	if n == "" || n == t.domain {
+		return t.domain, false, nil
+	}
+	switch {
+	case !observeOnly(cr):
+		return "", false, errors.Errorf(errExternalName, n, t.domain, t.domain)
+	case !e.importsAllowed:
+		return "", false, errors.Errorf(errImportsOff, n, e.source)
+	}
+	return n, true, nil
+}
+
+// access is nil when this resource may observe (and, unless observe-only, change) d: d carries
+// this resource's ownership mark, or it carries none and this is an allowed observe-only
+// import. A domain marked as another resource's is never touched.
+func (e *external) access(d libvirt.DomainInfo, cr *v1alpha1.KVMDomain) (imported bool, err error) {
+	o, err := domainxml.OwnerOf(d.InactiveXML)
+	if err != nil {
+		return false, errors.Wrap(err, errLookup)
+	}
+	switch {
+	case o != nil && o.UID == string(cr.GetUID()):
+		return false, nil
+	case o != nil && observeOnly(cr):
+		return false, errors.Errorf(errImportForeign, d.Name, o.Namespace, o.Name, o.UID)
+	case o != nil:
+		return false, checkOwner(d, cr)
+	case observeOnly(cr) && e.importsAllowed:
+		return true, nil
+	case observeOnly(cr):
+		return false, errors.Errorf(errImportsOff, d.Name, e.source)
+	}
+	return false, checkOwner(d, cr)
 }
 
 func mac(cr *v1alpha1.KVMDomain) string {
@@ -156,19 +239,35 @@ func observeOnly(cr *v1alpha1.KVMDomain) bool {
 }
 
 func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalObservation, error) {
-	name := meta.GetExternalName(cr)
+	t := e.target(cr)
+	deleting := meta.WasDeleted(cr)
+	name, _, err := e.observed(cr, t)
+	if deleting {
+		// Deleting acts on what this resource derived, whatever the annotation says.
+		name, err = t.domain, nil
+	}
+	if err != nil {
+		return managed.ExternalObservation{}, err
+	}
 	d, err := e.lv.Domain(ctx, name)
-	foreign := err == nil && !observeOnly(cr) && checkOwner(d, cr) != nil
-	if libvirt.IsNotFound(err) || (foreign && meta.WasDeleted(cr)) {
+	var imported bool
+	var accessErr error
+	if err == nil {
+		imported, accessErr = e.access(d, cr)
+	}
+	if libvirt.IsNotFound(err) || (accessErr != nil && deleting) {
 		// A create that failed after the overlay was made leaves only the overlay; a domain of
 		// our name that is not ours is never ours to delete. While deleting, report our
-		// overlay if it exists, so that Delete removes it.
-		if meta.WasDeleted(cr) && !observeOnly(cr) {
-			_, verr := e.lv.Volume(ctx, e.pool(cr), names.Overlay(cr.GetNamespace(), cr.GetName(), string(cr.GetUID())))
-			if verr != nil && !libvirt.IsNotFound(verr) {
+		// overlay (or its record) if it exists, so that Delete removes it.
+		if deleting && !observeOnly(cr) {
+			verr := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner)
+			if verr != nil && !ownership.IsNotOwned(verr) {
 				return managed.ExternalObservation{}, errors.Wrap(verr, errLookup)
 			}
 			return managed.ExternalObservation{ResourceExists: verr == nil}, nil
+		}
+		if deleting {
+			return managed.ExternalObservation{ResourceExists: false}, nil
 		}
 		if err := e.waitForInputs(ctx, cr); err != nil {
 			return managed.ExternalObservation{}, err
@@ -178,18 +277,23 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	if err != nil {
 		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
 	}
-	if !observeOnly(cr) {
-		if err := checkOwner(d, cr); err != nil {
-			return managed.ExternalObservation{}, err
-		}
+	if accessErr != nil {
+		return managed.ExternalObservation{}, accessErr
 	}
 
 	at := &cr.Status.AtProvider
 	at.UUID, at.State = d.UUID, d.State
 	at.WaitingFor = ""
 	at.MACAddress = mac(cr)
-	at.OverlayVolume = names.Overlay(cr.GetNamespace(), cr.GetName(), string(cr.GetUID()))
-	if meta.WasDeleted(cr) {
+	at.OverlayVolume = t.overlay
+	if imported {
+		// An imported domain reports its own address and has no overlay of ours.
+		if at.MACAddress, err = domainxml.MACOf(d.XML); err != nil {
+			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+		}
+		at.OverlayVolume = ""
+	}
+	if deleting {
 		return managed.ExternalObservation{ResourceExists: true}, nil
 	}
 
@@ -207,6 +311,13 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 		return managed.ExternalObservation{}, err
 	}
 	upToDate = upToDate && persistent == wantSize(cr)
+	if !imported && want.DiskSizeGiB != nil {
+		grow, err := e.diskToGrow(ctx, cr, t)
+		if err != nil {
+			return managed.ExternalObservation{}, err
+		}
+		upToDate = upToDate && grow == 0
+	}
 	live, err := domainxml.SizeOf(d.XML)
 	if err != nil {
 		return managed.ExternalObservation{}, err
@@ -382,14 +493,14 @@ func (e *external) inputs(ctx context.Context, cr *v1alpha1.KVMDomain) (*inputs,
 func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string, error) {
 	p := cr.Spec.ForProvider
 	s := domainxml.Spec{
-		Name:      meta.GetExternalName(cr),
+		Name:      e.target(cr).domain,
 		UUID:      uuid,
 		Type:      string(p.DomainType),
 		VCPU:      uint(p.VCPU),
 		MemoryMiB: uint(p.MemoryMiB),
 		CPUMode:   string(p.CPUMode),
 		Firmware:  string(p.Firmware),
-		RootDisk:  domainxml.Volume{Pool: e.pool(cr), Name: names.Overlay(cr.GetNamespace(), cr.GetName(), string(cr.GetUID()))},
+		RootDisk:  domainxml.Volume{Pool: e.pool(cr), Name: e.target(cr).overlay},
 		Network:   p.Network,
 		Bridge:    p.Bridge,
 		MAC:       mac(cr),
@@ -414,11 +525,12 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 	return x, errors.Wrap(err, errXML)
 }
 
-// overlay creates the root disk overlay unless an earlier attempt did.
-func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, base *v1alpha1.BaseImage) error {
-	pool, name := e.pool(cr), names.Overlay(cr.GetNamespace(), cr.GetName(), string(cr.GetUID()))
-	if _, err := e.lv.Volume(ctx, pool, name); err == nil {
-		return nil
+// overlay creates the root disk overlay unless an earlier attempt did. Its ownership record
+// comes first, so the overlay never exists without one; an overlay of our name that is not
+// ours is never used.
+func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target, base *v1alpha1.BaseImage) error {
+	if _, err := e.lv.Volume(ctx, t.pool, t.overlay); err == nil {
+		return errors.Wrap(e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner), errOverlay)
 	} else if !libvirt.IsNotFound(err) {
 		return errors.Wrap(err, errOverlay)
 	}
@@ -434,14 +546,61 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, base *v1
 	if format == "" {
 		format = string(v1alpha1.ImageFormatQCOW2)
 	}
-	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: name, Format: "qcow2", CapacityBytes: capacity,
+	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: t.overlay, Format: "qcow2", CapacityBytes: capacity,
 		BackingStorePath: base.Status.AtProvider.Path, BackingStoreFormat: format})
 	if err != nil {
 		return errors.Wrap(err, errOverlay)
 	}
-	if _, err := e.lv.CreateVolume(ctx, pool, x); err != nil && !libvirt.IsExists(err) {
+	if err := e.records.Claim(ctx, e.lv, e.host, t.pool, t.overlay, t.owner); err != nil {
 		return errors.Wrap(err, errOverlay)
 	}
+	if _, err := e.lv.CreateVolume(ctx, t.pool, x); err != nil && !libvirt.IsExists(err) {
+		return errors.Wrap(err, errOverlay)
+	}
+	return nil
+}
+
+// diskToGrow returns how many bytes the overlay lacks of diskSizeGiB (0: none).
+func (e *external) diskToGrow(ctx context.Context, cr *v1alpha1.KVMDomain, t target) (uint64, error) {
+	g := cr.Spec.ForProvider.DiskSizeGiB
+	if g == nil {
+		return 0, nil
+	}
+	v, err := e.lv.Volume(ctx, t.pool, t.overlay)
+	if err != nil {
+		return 0, errors.Wrap(err, errLookup)
+	}
+	if want := uint64(*g) << 30; want > v.CapacityBytes {
+		return want - v.CapacityBytes, nil
+	}
+	return 0, nil
+}
+
+// growDisk grows the overlay to diskSizeGiB: through QEMU while the guest runs (it holds the
+// image open), else on the volume. The guest's partition and filesystem are its own to grow.
+func (e *external) growDisk(ctx context.Context, cr *v1alpha1.KVMDomain, t target, d libvirt.DomainInfo) error {
+	grow, err := e.diskToGrow(ctx, cr, t)
+	if err != nil || grow == 0 {
+		return err
+	}
+	if err := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner); err != nil {
+		return errors.Wrap(err, errResizeOverlay)
+	}
+	want := uint64(*cr.Spec.ForProvider.DiskSizeGiB) << 30
+	v, err := e.lv.Volume(ctx, t.pool, t.overlay)
+	if err != nil {
+		return errors.Wrap(err, errResizeOverlay)
+	}
+	if d.State == libvirt.StateRunning || d.State == libvirt.StatePaused {
+		err = e.lv.BlockResize(ctx, d.Name, v.Path, want)
+	} else {
+		err = e.lv.ResizeVolume(ctx, t.pool, t.overlay, want)
+	}
+	if err != nil {
+		return errors.Wrap(err, errResizeOverlay)
+	}
+	e.recorder.Event(cr, event.Normal(reasonDiskGrown, fmt.Sprintf(
+		"root disk grown to %d GiB: the guest must grow its partition and filesystem (cloud-init's growpart does so at boot)", *cr.Spec.ForProvider.DiskSizeGiB)))
 	return nil
 }
 
@@ -455,7 +614,11 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 	if err != nil {
 		return managed.ExternalCreation{}, err
 	}
-	if err := e.overlay(ctx, cr, in.base); err != nil {
+	t := e.target(cr)
+	if _, _, err := e.observed(cr, t); err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	if err := e.overlay(ctx, cr, t, in.base); err != nil {
 		return managed.ExternalCreation{}, err
 	}
 	// Observe found no domain of this name; if one appeared since, DefineDomain of a domain
@@ -463,7 +626,7 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 	if err := e.lv.DefineDomain(ctx, x); err != nil {
 		return managed.ExternalCreation{}, err
 	}
-	name := meta.GetExternalName(cr)
+	name := t.domain
 	if cr.Spec.ForProvider.Autostart {
 		if err := e.lv.SetAutostart(ctx, name, true); err != nil {
 			return managed.ExternalCreation{}, err
@@ -478,12 +641,22 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 }
 
 func (e *external) Update(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalUpdate, error) {
-	name := meta.GetExternalName(cr)
+	t := e.target(cr)
+	name := t.domain
+	if _, _, err := e.observed(cr, t); err != nil {
+		return managed.ExternalUpdate{}, err
+	}
 	d, err := e.lv.Domain(ctx, name)
 	if err != nil {
 		return managed.ExternalUpdate{}, errors.Wrap(err, errLookup)
 	}
+	if err := checkOwner(d, cr); err != nil {
+		return managed.ExternalUpdate{}, err
+	}
 	want := cr.Spec.ForProvider
+	if err := e.growDisk(ctx, cr, t, d); err != nil {
+		return managed.ExternalUpdate{}, err
+	}
 
 	// vcpu and memory go into the persistent definition; a running guest sees them at its
 	// next boot, and status.atProvider.restartPending says so.
@@ -546,7 +719,8 @@ func (e *external) powerOff(ctx context.Context, cr *v1alpha1.KVMDomain, name, s
 
 func (e *external) Delete(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalDelete, error) {
 	cr.SetConditions(xpv2.Deleting())
-	name := meta.GetExternalName(cr)
+	t := e.target(cr)
+	name := t.domain
 	d, err := e.lv.Domain(ctx, name)
 	switch {
 	case libvirt.IsNotFound(err):
@@ -566,10 +740,31 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 		}
 	}
 	e.shutdowns.done(cr.GetUID())
-	if err := e.lv.DeleteVolume(ctx, e.pool(cr), names.Overlay(cr.GetNamespace(), cr.GetName(), string(cr.GetUID()))); err != nil {
-		return managed.ExternalDelete{}, errors.Wrap(err, errDeleteOverlay)
+	return managed.ExternalDelete{}, e.deleteOverlay(ctx, cr, t)
+}
+
+// deleteOverlay removes our overlay and then its ownership record. An overlay without our
+// record is left where it is, and said so.
+func (e *external) deleteOverlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target) error {
+	_, err := e.lv.Volume(ctx, t.pool, t.overlay)
+	switch {
+	case libvirt.IsNotFound(err):
+	case err != nil:
+		return errors.Wrap(err, errDeleteOverlay)
+	default:
+		verr := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner)
+		if ownership.IsNotOwned(verr) {
+			e.recorder.Event(cr, event.Warning(reasonLeft, verr))
+			return nil
+		}
+		if verr != nil {
+			return errors.Wrap(verr, errDeleteOverlay)
+		}
+		if err := e.lv.DeleteVolume(ctx, t.pool, t.overlay); err != nil && !libvirt.IsNotFound(err) {
+			return errors.Wrap(err, errDeleteOverlay)
+		}
 	}
-	return managed.ExternalDelete{}, nil
+	return errors.Wrap(e.records.Release(ctx, e.lv, e.host, t.pool, t.overlay, t.owner), errDeleteOverlay)
 }
 
 func (e *external) Disconnect(context.Context) error { return nil }

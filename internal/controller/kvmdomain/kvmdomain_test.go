@@ -1,0 +1,347 @@
+package kvmdomain
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/domainxml"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/ownership"
+)
+
+var errNoDomain = golibvirt.Error{Code: uint32(golibvirt.ErrNoDomain), Message: "Domain not found"}
+
+func nameOf(x string) string {
+	d := &libvirtxml.Domain{}
+	_ = d.Unmarshal(x)
+	return d.Name
+}
+
+const (
+	pool      = "default"
+	uid       = "6c1f0b6e-3d2a-4c55-9f0e-1a2b3c4d5e6f"
+	ourDomain = "team-a_vm"
+	overlay   = "team-a_vm-6c1f0b6e.root.qcow2"
+	// victim is another namespace's domain on the same host.
+	victim    = "team-b_db"
+	victimUID = "99999999-0000-0000-0000-000000000000"
+)
+
+var us = ownership.Owner{Kind: v1alpha1.KVMDomainKind, UID: uid, Namespace: "team-a", Name: "vm"}
+
+func kvm(opts ...func(*v1alpha1.KVMDomain)) *v1alpha1.KVMDomain {
+	d := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "vm", UID: types.UID(uid)}}
+	d.Spec.ForProvider = v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 512, BaseImageName: ptr("base")}
+	meta.SetExternalName(d, ourDomain)
+	for _, o := range opts {
+		o(d)
+	}
+	return d
+}
+
+func observeOnlyPolicy(d *v1alpha1.KVMDomain) {
+	d.SetManagementPolicies(xpv2.ManagementPolicies{xpv2.ManagementActionObserve})
+}
+func deletingNow(d *v1alpha1.KVMDomain) { now := metav1.Now(); d.SetDeletionTimestamp(&now) }
+func named(n string) func(*v1alpha1.KVMDomain) {
+	return func(d *v1alpha1.KVMDomain) { meta.SetExternalName(d, n) }
+}
+func disk(g int32) func(*v1alpha1.KVMDomain) {
+	return func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.DiskSizeGiB = ptr(g) }
+}
+
+// domainXML is a definition owned by ownerUID ("" for none) with the given MAC.
+func domainXML(t *testing.T, name, ownerUID, mac string) string {
+	t.Helper()
+	if ownerUID == "" {
+		return "<domain type='qemu'><name>" + name + "</name><memory unit='KiB'>524288</memory><vcpu>1</vcpu>" +
+			"<devices><interface type='network'><mac address='" + mac + "'/><source network='default'/></interface></devices></domain>"
+	}
+	x, err := domainxml.Domain(domainxml.Spec{Name: name, Type: "qemu", VCPU: 1, MemoryMiB: 512, Firmware: "uefi",
+		RootDisk: domainxml.Volume{Pool: pool, Name: overlay}, Network: "default", MAC: mac,
+		Owner: domainxml.Owner{UID: ownerUID, Namespace: "ns", Name: "n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func ownerRecord(t *testing.T, vol string, o ownership.Owner) []byte {
+	t.Helper()
+	b, err := ownership.Encode(vol, o, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// setup puts domains and volumes on a fake host.
+type hostSetup func(t *testing.T, h *fakeHost)
+
+func withDomain(name, ownerUID, state string) hostSetup {
+	return func(t *testing.T, h *fakeHost) {
+		x := domainXML(t, name, ownerUID, "52:54:00:12:34:56")
+		h.domains[name] = libvirt.DomainInfo{Name: name, UUID: "uuid-" + name, State: state, XML: x, InactiveXML: x}
+	}
+}
+func withOverlay(record bool) hostSetup {
+	return func(t *testing.T, h *fakeHost) {
+		h.Put(pool, overlay, []byte("qcow2"))
+		if record {
+			h.Put(pool, ownership.RecordVolume(overlay), ownerRecord(t, overlay, us))
+		}
+	}
+}
+
+func newExt(h *fakeHost, imports bool) *external {
+	return &external{lv: h, recorder: event.NewNopRecorder(), shutdowns: &shutdowns{m: map[types.UID]time.Time{}},
+		defaults: v1alpha1.HostDefaults{Pool: pool, Network: "default", DomainType: "qemu"}, source: "ClusterProviderConfig/default",
+		records: ownership.NewRecords(), host: "root@h:22", importsAllowed: imports,
+		kube: nil}
+}
+
+// seen is what the tests compare after a call.
+type seen struct {
+	Exists   bool
+	Err      string
+	State    string
+	MAC      string
+	Domains  []string // names left on the host
+	Overlay  bool     // our overlay is on the host
+	Record   bool     // its ownership record is
+	Victim   string   // the victim's definition: "untouched", "changed", "" (gone)
+	HostCall []string // calls that change something
+}
+
+func look(t *testing.T, h *fakeHost, victimBefore string, err error, errSub string) seen {
+	t.Helper()
+	s := seen{}
+	if err != nil {
+		s.Err = err.Error()
+		if errSub != "" && strings.Contains(s.Err, errSub) {
+			s.Err = errSub
+		}
+	}
+	for n := range h.domains {
+		if n != victim {
+			s.Domains = append(s.Domains, n)
+		}
+	}
+	_, s.Overlay = h.Get(pool, overlay)
+	_, s.Record = h.Get(pool, ownership.RecordVolume(overlay))
+	if d, ok := h.domains[victim]; ok {
+		s.Victim = "changed"
+		if d.InactiveXML == victimBefore && d.State == libvirt.StateRunning {
+			s.Victim = "untouched"
+		}
+	}
+	for _, c := range h.calls {
+		if !strings.HasPrefix(c, "Domain ") {
+			s.HostCall = append(s.HostCall, c)
+		}
+	}
+	return s
+}
+
+func TestObserve(t *testing.T) {
+	cases := map[string]struct {
+		reason  string
+		cr      *v1alpha1.KVMDomain
+		host    []hostSetup
+		imports bool
+		errSub  string
+		want    seen
+	}{
+		"OursShutOff": {
+			reason: "our domain is observed",
+			cr:     kvm(), host: []hostSetup{withDomain(ourDomain, uid, libvirt.StateShutOff), withOverlay(true)},
+			want: seen{Exists: true, State: "ShutOff", MAC: domainxml.MAC(uid), Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched"},
+		},
+		"SameNameNotOurs": {
+			reason: "a domain of our name marked by another resource is never adopted",
+			cr:     kvm(), host: []hostSetup{withDomain(ourDomain, victimUID, libvirt.StateRunning)},
+			errSub: "is not owned by this KVMDomain", want: seen{Err: "is not owned by this KVMDomain", Domains: []string{ourDomain}, Victim: "untouched"},
+		},
+		"ExternalNameOfAnother": {
+			reason: "an external name pointing at another namespace's domain is refused, nothing of it is read",
+			cr:     kvm(named(victim)),
+			errSub: "is not this KVMDomain's domain name", want: seen{Err: "is not this KVMDomain's domain name", Victim: "untouched"},
+		},
+		"ObserveOnlyImportsOff": {
+			reason: "an observe-only import is refused while the config does not allow imports",
+			cr:     kvm(named("legacy"), observeOnlyPolicy), host: []hostSetup{withDomain("legacy", "", libvirt.StateRunning)},
+			errSub: "imports are off on ClusterProviderConfig/default", want: seen{Err: "imports are off on ClusterProviderConfig/default", Domains: []string{"legacy"}, Victim: "untouched"},
+		},
+		"ObserveOnlyImportOfOwned": {
+			reason: "a domain that carries another resource's mark is never imported, even where imports are allowed",
+			cr:     kvm(named(victim), observeOnlyPolicy), imports: true,
+			errSub: "a domain managed by another resource is never imported", want: seen{Err: "a domain managed by another resource is never imported", Victim: "untouched"},
+		},
+		"ObserveOnlyImportAllowed": {
+			reason: "an allowed import reports the domain's own MAC and state",
+			cr:     kvm(named("legacy"), observeOnlyPolicy), imports: true, host: []hostSetup{withDomain("legacy", "", libvirt.StateShutOff)},
+			want: seen{Exists: true, State: "ShutOff", MAC: "52:54:00:12:34:56", Domains: []string{"legacy"}, Victim: "untouched"},
+		},
+		"DeletingIgnoresExternalName": {
+			reason: "while deleting, the derived domain is what is looked at",
+			cr:     kvm(named(victim), deletingNow), host: []hostSetup{withDomain(ourDomain, uid, libvirt.StateShutOff), withOverlay(true)},
+			want: seen{Exists: true, State: "ShutOff", MAC: domainxml.MAC(uid), Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched"},
+		},
+		"DeletingOverlayOnly": {
+			reason: "while deleting, an overlay left by a cut create still exists",
+			cr:     kvm(deletingNow), host: []hostSetup{withOverlay(true)},
+			want: seen{Exists: true, Overlay: true, Record: true, Victim: "untouched"},
+		},
+		"DeletingOverlayWithoutRecord": {
+			reason: "while deleting, an overlay without our record is not ours",
+			cr:     kvm(deletingNow), host: []hostSetup{withOverlay(false)},
+			want: seen{Overlay: true, Victim: "untouched"},
+		},
+		"DiskToGrow": {
+			reason: "a diskSizeGiB above the overlay's size is not up to date (Update grows it)",
+			cr:     kvm(disk(8)), host: []hostSetup{withDomain(ourDomain, uid, libvirt.StateShutOff), withOverlay(true)},
+			want: seen{Exists: true, State: "ShutOff", MAC: domainxml.MAC(uid), Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newFakeHost()
+			withDomain(victim, victimUID, libvirt.StateRunning)(t, h)
+			before := h.domains[victim].InactiveXML
+			for _, s := range tc.host {
+				s(t, h)
+			}
+			cr := tc.cr
+			cr.Spec.ForProvider.PowerState = v1alpha1.PowerStateStopped
+			o, err := newExt(h, tc.imports).Observe(context.Background(), cr)
+			got := look(t, h, before, err, tc.errSub)
+			got.Exists, got.State, got.MAC = o.ResourceExists, cr.Status.AtProvider.State, cr.Status.AtProvider.MACAddress
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestDelete(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		cr     *v1alpha1.KVMDomain
+		host   []hostSetup
+		errSub string
+		want   seen
+	}{
+		"OursShutOff": {
+			reason: "our stopped domain is undefined, then its overlay and record go",
+			cr:     kvm(deletingNow), host: []hostSetup{withDomain(ourDomain, uid, libvirt.StateShutOff), withOverlay(true)},
+			want: seen{Victim: "untouched", HostCall: []string{"UndefineDomain " + ourDomain, "DeleteVolume"}},
+		},
+		"OursRunning": {
+			reason: "a running domain is asked to shut down first",
+			cr:     kvm(deletingNow), host: []hostSetup{withDomain(ourDomain, uid, libvirt.StateRunning), withOverlay(true)},
+			errSub: "waiting up to", want: seen{Err: "waiting up to", Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched", HostCall: []string{"ShutdownDomain " + ourDomain}},
+		},
+		"SameNameNotOurs": {
+			reason: "a domain of our name that is not ours stays; our overlay goes",
+			cr:     kvm(deletingNow), host: []hostSetup{withDomain(ourDomain, victimUID, libvirt.StateRunning), withOverlay(true)},
+			want: seen{Domains: []string{ourDomain}, Victim: "untouched", HostCall: []string{"DeleteVolume"}},
+		},
+		"OverlayWithoutRecord": {
+			reason: "an overlay without our record is never deleted",
+			cr:     kvm(deletingNow), host: []hostSetup{withOverlay(false)},
+			want: seen{Overlay: true, Victim: "untouched"},
+		},
+		"ExternalNameOfAnother": {
+			reason: "the victim named by the external name is never touched",
+			cr:     kvm(deletingNow, named(victim)), host: []hostSetup{withOverlay(true)},
+			want: seen{Victim: "untouched", HostCall: []string{"DeleteVolume"}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newFakeHost()
+			withDomain(victim, victimUID, libvirt.StateRunning)(t, h)
+			before := h.domains[victim].InactiveXML
+			for _, s := range tc.host {
+				s(t, h)
+			}
+			h.calls = nil
+			_, err := newExt(h, false).Delete(context.Background(), tc.cr)
+			got := look(t, h, before, err, tc.errSub)
+			got.HostCall = deletes(got.HostCall, h)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nDelete(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// deletes adds the volume deletions the storage counted to the domain calls.
+func deletes(calls []string, h *fakeHost) []string {
+	if h.Calls["DeleteVolume"] > 0 {
+		calls = append(calls, "DeleteVolume")
+	}
+	return calls
+}
+
+func TestUpdateGrowsDisk(t *testing.T) {
+	for name, tc := range map[string]struct {
+		state string
+		want  string
+	}{
+		"Running": {state: libvirt.StateRunning, want: "BlockResize " + ourDomain},
+		"ShutOff": {state: libvirt.StateShutOff, want: "ResizeVolume"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newFakeHost()
+			withDomain(ourDomain, uid, tc.state)(t, h)
+			withOverlay(true)(t, h)
+			cr := kvm(disk(8))
+			cr.Spec.ForProvider.PowerState = v1alpha1.PowerStateStopped
+			if tc.state == libvirt.StateRunning {
+				cr.Spec.ForProvider.PowerState = v1alpha1.PowerStateRunning
+			}
+			if _, err := newExt(h, false).Update(context.Background(), cr); err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			for _, c := range h.calls {
+				if strings.HasPrefix(c, "BlockResize") {
+					got = c
+				}
+			}
+			if h.Calls["ResizeVolume"] > 0 {
+				got = "ResizeVolume"
+			}
+			if got != tc.want {
+				t.Errorf("Update() resized with %q, want %q (calls %v)", got, tc.want, h.calls)
+			}
+		})
+	}
+}
+
+func TestUpdateRefusesForeignExternalName(t *testing.T) {
+	h := newFakeHost()
+	withDomain(victim, victimUID, libvirt.StateRunning)(t, h)
+	before := h.domains[victim].InactiveXML
+	_, err := newExt(h, true).Update(context.Background(), kvm(named(victim)))
+	if err == nil || !strings.Contains(err.Error(), "is not this KVMDomain's domain name") {
+		t.Errorf("Update(): %v, want the external name refused", err)
+	}
+	if got := h.domains[victim]; got.InactiveXML != before || len(h.calls) != 0 {
+		t.Errorf("Update() touched the victim: calls %v", h.calls)
+	}
+}
