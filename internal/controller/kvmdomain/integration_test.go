@@ -380,4 +380,3 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		return nil
 	})
 }
-
