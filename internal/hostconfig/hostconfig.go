@@ -1,6 +1,7 @@
 // Package hostconfig turns the ProviderConfig or ClusterProviderConfig that a managed
 // resource references into a host.Config: the host's address, its SSH key and pinned
-// known_hosts read from Secrets, and the defaults for resources on that host.
+// known_hosts read from Secrets, the defaults for resources on that host, and the policy
+// for the images BaseImages on it download.
 //
 // Errors name the object and the Secret key being read, never the Secret's content.
 package hostconfig
@@ -41,6 +42,8 @@ type Resolved struct {
 	Host host.Config
 	// Defaults for fields the managed resource leaves empty.
 	Defaults v1alpha1.HostDefaults
+	// ImageSources bounds what BaseImages on this host download.
+	ImageSources v1alpha1.ImageSourcePolicy
 	// Source names the config it came from, e.g. "ClusterProviderConfig/default", for
 	// messages and events.
 	Source string
@@ -114,8 +117,9 @@ func Resolve(ctx context.Context, c client.Reader, mg resource.ModernManaged) (*
 			Socket:                          spec.LibvirtSocket,
 			URI:                             spec.URI,
 		},
-		Defaults: spec.Defaults,
-		Source:   source,
+		Defaults:     spec.Defaults,
+		ImageSources: spec.ImageSources,
+		Source:       source,
 	}
 	if spec.Imports != nil {
 		r.Imports = *spec.Imports

@@ -89,6 +89,13 @@ func TestResolve(t *testing.T) {
 	noKnownHosts.Spec.KnownHosts = nil
 	unix := cpc.DeepCopy()
 	unix.Spec = v1alpha1.ProviderConfigSpec{Transport: v1alpha1.TransportUnix, LibvirtSocket: "/run/libvirt/libvirt-sock"}
+	// The image source policy travels with the rest.
+	withPolicy := cpc.DeepCopy()
+	withPolicy.Spec.ImageSources = v1alpha1.ImageSourcePolicy{
+		Allow:           []v1alpha1.ImageSourceRule{{CIDR: "127.0.0.1/32", Ports: []int32{8090}}, {URLPrefix: "https://mirror.example.org/images/"}},
+		Deny:            []v1alpha1.ImageSourceRule{{CIDR: "10.0.0.0/8"}},
+		MaxImageSizeMiB: 4096, HeaderTimeoutSeconds: 10, StallTimeoutSeconds: 20,
+	}
 	// A namespaced ProviderConfig that names another namespace still reads its own.
 	sneaky := pc.DeepCopy()
 	sneaky.Spec.Credentials.SecretRef.Namespace = "crossplane-system"
@@ -106,6 +113,15 @@ func TestResolve(t *testing.T) {
 			},
 			mg:   domain("ClusterProviderConfig", "host-1"),
 			want: &Resolved{Host: wantHost, Defaults: cpc.Spec.Defaults, Source: "ClusterProviderConfig/host-1"},
+		},
+		"ImageSources": {
+			store: objects{
+				{Name: "host-1"}: withPolicy,
+				{Namespace: "crossplane-system", Name: "ssh"}: secret("crossplane-system", "ssh", allKeys),
+			},
+			mg: domain("ClusterProviderConfig", "host-1"),
+			want: &Resolved{Host: wantHost, Defaults: cpc.Spec.Defaults, ImageSources: withPolicy.Spec.ImageSources,
+				Source: "ClusterProviderConfig/host-1"},
 		},
 		"ProviderConfigReadsOwnNamespace": {
 			store: objects{

@@ -3,7 +3,6 @@ package imagecache
 import (
 	"context"
 	"crypto/rand"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +23,6 @@ import (
 func BenchmarkUploadThroughput(b *testing.B) {
 	tb := requireTestbed(b)
 	lv := libvirt.New(tb.conn, libvirt.WithSocket(tb.cfg.Socket))
-	cache := New(lv, &http.Client{})
 	const size = 64 << 20
 	data := make([]byte, size)
 	_, _ = rand.Read(data)
@@ -33,6 +31,7 @@ func BenchmarkUploadThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	srv := newImageServer(b, data)
+	cache := New(lv, downloadsFor(b, allowServers(b, srv.Server)))
 	owner := Owner{UID: uniqueName("bench"), Namespace: "bench", Name: "throughput"}
 	ctx := ctxT(b, 30*time.Minute)
 	uri := func(transport string) string {

@@ -15,14 +15,9 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
 
-// Defaults.
-const (
-	// DefaultStallTimeout aborts a download that sends no byte for this long.
-	DefaultStallTimeout = 2 * time.Minute
-	// cleanupTimeout bounds removing debris after a failed publish, which
-	// runs even when the caller's context has ended.
-	cleanupTimeout = 30 * time.Second
-)
+// cleanupTimeout bounds removing debris after a failed publish, which runs
+// even when the caller's context has ended.
+const cleanupTimeout = 30 * time.Second
 
 // State of a BaseImage volume on the host.
 type State string
@@ -81,24 +76,25 @@ func (r Result) BytesPerSecond() float64 {
 
 // Cache publishes, looks up and removes BaseImage volumes on one host.
 type Cache struct {
-	lv    *libvirt.Client
-	http  *http.Client
-	now   func() time.Time
-	stall time.Duration
+	lv   *libvirt.Client
+	dl   Downloads
+	http *http.Client
+	now  func() time.Time
 }
 
 // An Option configures a Cache.
 type Option func(*Cache)
 
-// WithStallTimeout aborts a download that sends no data for d; 0 disables.
-func WithStallTimeout(d time.Duration) Option { return func(c *Cache) { c.stall = d } }
-
 // WithClock sets the clock used for record times and durations.
 func WithClock(now func() time.Time) Option { return func(c *Cache) { c.now = now } }
 
-// New returns a Cache that reaches the host through lv and downloads with hc.
-func New(lv *libvirt.Client, hc *http.Client, opts ...Option) *Cache {
-	c := &Cache{lv: lv, http: hc, now: time.Now, stall: DefaultStallTimeout}
+// New returns a Cache that reaches the host through lv and downloads what dl
+// allows, within its limits: every URL, redirect and dialed address is
+// checked against dl.Policy, no proxy is used, and the response headers,
+// stalls and the image size are bounded.
+func New(lv *libvirt.Client, dl Downloads, opts ...Option) *Cache {
+	dl = dl.withDefaults()
+	c := &Cache{lv: lv, dl: dl, http: newHTTPClient(dl), now: time.Now}
 	for _, o := range opts {
 		o(c)
 	}
@@ -134,7 +130,6 @@ const (
 	errUsers        = "cannot find the users of %s"
 	errCleanDebris  = "cannot remove debris of volume %s in pool %s"
 	errRemove       = "cannot remove volume %s from pool %s"
-	errStalledWrap  = "downloading %s stalled for %v; nothing was published"
 )
 
 // Lookup returns what pool holds for src. With a non-empty ownerUID it
@@ -393,20 +388,11 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner 
 	shownURL := redactURL(src.URL)
 	pctx, stalled, cancel := withStall(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(pctx, http.MethodGet, src.URL, nil)
+	resp, finalURL, total, err := c.get(pctx, src.URL)
 	if err != nil {
-		return Result{}, errors.Wrapf(err, errDownload, shownURL)
-	}
-	resp, err := c.http.Do(req) //nolint:gosec // the URL is the user's image source
-	if err != nil {
-		return Result{}, errors.Wrapf(err, errDownload, shownURL)
+		return Result{}, err
 	}
 	defer resp.Body.Close() //nolint:errcheck // read-only body
-	if resp.StatusCode != http.StatusOK {
-		return Result{}, &HTTPStatusError{URL: shownURL, StatusCode: resp.StatusCode, Status: resp.Status}
-	}
-	finalURL := redactURL(resp.Request.URL.String())
-	total := max(resp.ContentLength, 0)
 
 	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: vol, Format: libvirt.FormatRaw, CapacityBytes: uint64(total)})
 	if err != nil {
@@ -429,21 +415,16 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner 
 		return Result{}, err
 	}
 
-	s := newImageStream(resp.Body, src.Format, total, c.stall, stalled, progress)
+	s := newImageStream(resp.Body, src.Format, total, c.dl.Limits.MaxBytes, c.dl.Limits.StallTimeout, stalled, progress)
 	uerr := c.lv.Upload(pctx, pool, vol, s, uint64(total))
 	srcErr := s.failed()  // before closing the body makes the reader fail
 	_ = resp.Body.Close() // unblocks the reader goroutine
 	s.close()
 	res := Result{Bytes: s.n}
-	var fe *FormatError
-	if errors.As(srcErr, &fe) {
-		fe.URL = shownURL
-		return res, fe
+	if err := c.sourceFailure(ctx, pctx, srcErr, shownURL, finalURL); err != nil {
+		return res, err
 	}
 	if uerr != nil {
-		if errors.Is(context.Cause(pctx), errStalled) && ctx.Err() == nil {
-			return res, errors.Wrapf(errStalled, errStalledWrap, shownURL, c.stall)
-		}
 		if srcErr != nil && ctx.Err() == nil {
 			// The download failed; libvirt only saw the stream aborted.
 			return res, errors.Wrapf(srcErr, errUpload, shownURL, vol, pool)
@@ -485,6 +466,65 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner 
 		Time: c.now().UTC(),
 	}
 	return res, c.writeRecord(ctx, pool, MarkerName(vol), marker)
+}
+
+// get sends the GET of rawURL under ctx, through the guarded client: the
+// policy is checked on the URL, on every redirect and on every address
+// dialed. It returns a 200 response, the URL it finally came from (without
+// password) and its announced size (0 when unknown); an announced size over
+// the limit is refused before anything is read.
+func (c *Cache) get(ctx context.Context, rawURL string) (*http.Response, string, int64, error) {
+	shownURL := redactURL(rawURL)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return nil, "", 0, errors.Wrapf(err, errDownload, shownURL)
+	}
+	resp, err := c.http.Do(req) //nolint:gosec // the URL is the user's image source, checked against the policy
+	if err != nil {
+		// The policy's and the limits' own messages say all; the *url.Error
+		// around them would repeat the URL.
+		var re *RefusedError
+		if errors.As(err, &re) {
+			return nil, "", 0, re
+		}
+		var le *LimitError
+		if errors.As(err, &le) {
+			return nil, "", 0, le
+		}
+		return nil, "", 0, errors.Wrapf(err, errDownload, shownURL)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
+		return nil, "", 0, &HTTPStatusError{URL: shownURL, StatusCode: resp.StatusCode, Status: resp.Status}
+	}
+	finalURL := redactURL(resp.Request.URL.String())
+	total := max(resp.ContentLength, 0)
+	if total > c.dl.Limits.MaxBytes {
+		_ = resp.Body.Close()
+		return nil, "", 0, &LimitError{URL: finalURL, Config: c.dl.Config, Limit: LimitSize, MaxBytes: c.dl.Limits.MaxBytes, Announced: total}
+	}
+	return resp, finalURL, total, nil
+}
+
+// sourceFailure is the error of a stream that failed because of its source:
+// bytes that cannot be a base image (*FormatError), more bytes than the size
+// limit or a stall (*LimitError). It is nil when the source is not to blame.
+// pctx is the download's context from withStall, ctx the caller's.
+func (c *Cache) sourceFailure(ctx, pctx context.Context, srcErr error, shownURL, finalURL string) error {
+	var fe *FormatError
+	if errors.As(srcErr, &fe) {
+		fe.URL = shownURL
+		return fe
+	}
+	var le *LimitError
+	if errors.As(srcErr, &le) {
+		le.URL, le.Config = finalURL, c.dl.Config
+		return le
+	}
+	if errors.Is(context.Cause(pctx), errStalled) && ctx.Err() == nil {
+		return &LimitError{URL: finalURL, Config: c.dl.Config, Limit: LimitStall, Timeout: c.dl.Limits.StallTimeout}
+	}
+	return nil
 }
 
 // Remove deletes the volume volume (a name VolumeName returned), its marker

@@ -58,8 +58,24 @@
 // Nothing is staged on the provider's disk. A reader goroutine fills 1 MiB
 // buffers from the HTTP body and hashes them while the previous buffer is
 // being sent over SSH, so download, hashing and upload overlap. The qcow2
-// header is checked as it passes: the virtual size comes from bytes 24..31;
-// an image declared qcow2 that is not, a raw image that is qcow2, a qcow2
-// with a backing file or encryption are rejected (FormatError) before the
-// rest is downloaded.
+// header is checked as it passes, versions 2 and 3 in full: the virtual size
+// comes from bytes 24..31; an image declared qcow2 that is not, a raw image
+// that is qcow2, a qcow2 with a backing file, encryption, or an incompatible
+// feature a base cannot use (dirty, corrupt, external data file) or this
+// provider does not know are rejected (FormatError) before the rest is
+// downloaded.
+//
+// # Outside input
+//
+// Every download is bounded by the Downloads of the host's config (its
+// imageSources): internal/sourcepolicy decides on the request URL, on every
+// redirect (and a redirect from https to http is refused), and on every
+// address a host name resolves to, right before connecting to it, so DNS
+// cannot lead a download to an address the policy refuses. No HTTP proxy is
+// used. The response headers must arrive within headerTimeoutSeconds, a
+// stream that delivers nothing for stallTimeoutSeconds is cut, and an image
+// larger than maxImageSizeMiB is refused: at once when its Content-Length
+// says so, else when the bytes counted on the stream go over. A refusal
+// (RefusedError) and a size over the limit (LimitError) are terminal; a
+// timeout (LimitError) is worth retrying.
 package imagecache

@@ -90,6 +90,9 @@ func newImageServer(t testing.TB, data []byte) *imageServer {
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/img", http.StatusFound)
 	})
+	mux.HandleFunc("/redirect-to", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("url"), http.StatusFound)
+	})
 	mux.HandleFunc("/cut", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		_, _ = w.Write(data[:len(data)/2])
@@ -136,13 +139,23 @@ func newImageServer(t testing.TB, data []byte) *imageServer {
 type env struct {
 	tb    *testbed
 	lv    *libvirt.Client
+	dl    Downloads
 	cache *Cache
 }
 
-func newEnv(t *testing.T, opts ...Option) *env {
+// newEnv is a cache with the default policy: it refuses loopback servers
+// until serve allows one.
+func newEnv(t *testing.T) *env {
 	tb := requireTestbed(t)
 	lv := libvirt.New(tb.conn, libvirt.WithSocket(tb.cfg.Socket))
-	return &env{tb: tb, lv: lv, cache: New(lv, &http.Client{}, opts...)}
+	return &env{tb: tb, lv: lv, cache: New(lv, Downloads{Config: testConfig})}
+}
+
+// serve makes e's cache download from srv, allowing exactly its address and
+// port, as a ClusterProviderConfig's imageSources would.
+func (e *env) serve(t *testing.T, srv *imageServer, mods ...func(*Downloads)) {
+	e.dl = downloadsFor(t, allowServers(t, srv.Server), mods...)
+	e.cache = New(e.lv, e.dl)
 }
 
 func (e *env) owner(t *testing.T, name string) Owner {
@@ -186,6 +199,7 @@ func TestIntegrationPublishQCOW2(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	data := testQCOW2(t)
 	srv := newImageServer(t, data)
+	e.serve(t, srv)
 	owner := e.owner(t, "debian")
 	src := Source{URL: srv.URL + "/img", SHA256: sha(data), Format: FormatQCOW2}
 
@@ -227,7 +241,7 @@ func TestIntegrationPublishQCOW2(t *testing.T) {
 	}
 
 	// A restarted provider (new connection, new objects, no status) finds it.
-	fresh := New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), &http.Client{})
+	fresh := New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.dl)
 	got, err := fresh.Lookup(ctx, e.tb.pool, src, owner.UID)
 	if err != nil {
 		t.Fatalf("Lookup after restart: %v", err)
@@ -261,6 +275,7 @@ func TestIntegrationPublishChunkedUnverified(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	data := testQCOW2(t)
 	srv := newImageServer(t, data)
+	e.serve(t, srv)
 	owner := e.owner(t, "chunked")
 	src := Source{URL: srv.URL + "/chunked"}
 	res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, func(_, total int64) {
@@ -282,6 +297,7 @@ func TestIntegrationPublishRedirectRaw(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	data := bytes.Repeat([]byte("raw disk image. "), 3<<16) // 3 MiB
 	srv := newImageServer(t, data)
+	e.serve(t, srv)
 	owner := e.owner(t, "raw")
 	src := Source{URL: srv.URL + "/redirect", SHA256: sha(data), Format: FormatRaw}
 	res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil)
@@ -304,6 +320,7 @@ func TestIntegrationDigestMismatch(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	data := testQCOW2(t)
 	srv := newImageServer(t, data)
+	e.serve(t, srv)
 	owner := e.owner(t, "mismatch")
 	wrong := strings.Repeat("0", 64)
 	src := Source{URL: srv.URL + "/img", SHA256: wrong}
@@ -321,6 +338,7 @@ func TestIntegrationFormatMismatch(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 3*time.Minute)
 	srv := newImageServer(t, bytes.Repeat([]byte{1}, 2<<20))
+	e.serve(t, srv)
 	src := Source{URL: srv.URL + "/img", Format: FormatQCOW2}
 	_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "notqcow2"), nil)
 	if !IsFormatError(err) || !IsTerminal(err) {
@@ -329,12 +347,72 @@ func TestIntegrationFormatMismatch(t *testing.T) {
 	e.requireAbsent(t, ctx, src)
 }
 
+// TestIntegrationOutsideInput publishes what the image source policy or the
+// download limits refuse: nothing is left on the host, and the error names
+// the rule or the limit and the config.
+func TestIntegrationOutsideInput(t *testing.T) {
+	e := newEnv(t)
+	data := testQCOW2(t)
+	srv := newImageServer(t, data)
+	other := newImageServer(t, data)
+
+	t.Run("LoopbackRefusedByDefault", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+		_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "refused"), nil)
+		var re *RefusedError
+		if !errorsAs(err, &re) || !IsTerminal(err) || re.Rule != "built-in: loopback 127.0.0.0/8" || re.Config != testConfig ||
+			!strings.Contains(err.Error(), "cidr: 127.0.0.1/32") {
+			t.Fatalf("Publish error = %v, want a terminal refusal by the built-in loopback denial of %s", err, testConfig)
+		}
+		e.requireAbsent(t, ctx, src)
+	})
+
+	e.serve(t, srv, func(d *Downloads) { d.Limits.MaxBytes = 8 << 20 })
+
+	t.Run("RedirectToRefusedServer", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		src := Source{URL: srv.URL + "/redirect-to?url=" + other.URL + "/img", SHA256: sha(data)}
+		_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "redirect"), nil)
+		var re *RefusedError
+		if !errorsAs(err, &re) || re.RedirectFrom == "" || !strings.HasPrefix(re.URL, other.URL) {
+			t.Fatalf("Publish error = %v, want the redirect to %s refused", err, other.URL)
+		}
+		e.requireAbsent(t, ctx, src)
+	})
+
+	t.Run("TooLargeAnnounced", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		src := Source{URL: srv.URL + "/img?large", SHA256: sha(data)}
+		_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "large"), nil)
+		var le *LimitError
+		if !errorsAs(err, &le) || le.Limit != LimitSize || le.Announced != int64(len(data)) || !IsTerminal(err) ||
+			!strings.Contains(err.Error(), "exceeds maxImageSizeMiB 8 of "+testConfig) {
+			t.Fatalf("Publish error = %v, want the announced size refused", err)
+		}
+		e.requireAbsent(t, ctx, src)
+	})
+
+	t.Run("TooLargeChunked", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		src := Source{URL: srv.URL + "/chunked?large"}
+		_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "chunked"), nil)
+		var le *LimitError
+		if !errorsAs(err, &le) || le.Limit != LimitSize || le.Announced != 0 || !IsTerminal(err) ||
+			!strings.Contains(err.Error(), "exceeds maxImageSizeMiB 8 of "+testConfig+": more than 8388608 bytes arrived") {
+			t.Fatalf("Publish error = %v, want the stream cut at the size limit", err)
+		}
+		e.requireAbsent(t, ctx, src)
+	})
+}
+
 // TestIntegrationInterrupted cuts uploads in several ways: nothing is ever
 // published, and a retry publishes cleanly.
 func TestIntegrationInterrupted(t *testing.T) {
-	e := newEnv(t, WithStallTimeout(time.Second))
+	e := newEnv(t)
 	data := testQCOW2(t)
 	srv := newImageServer(t, data)
+	e.serve(t, srv, func(d *Downloads) { d.Limits.StallTimeout = time.Second })
 
 	publishOK := func(t *testing.T, ctx context.Context, src Source, owner Owner) {
 		t.Helper()
@@ -362,8 +440,10 @@ func TestIntegrationInterrupted(t *testing.T) {
 		ctx := ctxT(t, 2*time.Minute)
 		src := Source{URL: srv.URL + "/stall", SHA256: sha(data)}
 		_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "stall"), nil)
-		if err == nil || !strings.Contains(err.Error(), "stalled") {
-			t.Fatalf("Publish error = %v, want a stall", err)
+		var le *LimitError
+		if !errorsAs(err, &le) || le.Limit != LimitStall || IsTerminal(err) ||
+			!strings.Contains(err.Error(), "download stalled: no data for 1 s (imageSources.stallTimeoutSeconds of "+testConfig+")") {
+			t.Fatalf("Publish error = %v, want a stall after 1 s, naming the limit and the config", err)
 		}
 		t.Logf("stall: %v", err)
 		e.requireAbsent(t, ctx, src)
@@ -480,6 +560,7 @@ func TestIntegrationOwnedByOther(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	data := testQCOW2(t)
 	srv := newImageServer(t, data)
+	e.serve(t, srv)
 	a, b := e.owner(t, "a"), e.owner(t, "b")
 	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
 	res, err := e.cache.Publish(ctx, e.tb.pool, src, a, nil)
@@ -505,6 +586,7 @@ func TestIntegrationRemoveInUse(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	data := testQCOW2(t)
 	srv := newImageServer(t, data)
+	e.serve(t, srv)
 	owner := e.owner(t, "inuse")
 	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
 	res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil)

@@ -32,6 +32,7 @@ type ProgressFunc func(done, total int64)
 type imageStream struct {
 	src     io.Reader
 	format  Format
+	max     int64 // bytes accepted from src; 0 for no limit
 	stall   time.Duration
 	onStall func()
 
@@ -59,9 +60,13 @@ type imageStream struct {
 	lastTime time.Time
 }
 
-func newImageStream(src io.Reader, format Format, total int64, stall time.Duration, onStall func(), progress ProgressFunc) *imageStream {
+// newImageStream streams src, declared as format. total is the announced size (0 when
+// unknown); more than max bytes (0: no limit) fail the stream with a *LimitError of
+// LimitSize. When src delivers no byte for stall (0: no limit), onStall is called once: it
+// is expected to make src fail, e.g. by cancelling the request.
+func newImageStream(src io.Reader, format Format, total, maxBytes int64, stall time.Duration, onStall func(), progress ProgressFunc) *imageStream {
 	s := &imageStream{
-		src: src, format: format, stall: stall, onStall: onStall,
+		src: src, format: format, max: maxBytes, stall: stall, onStall: onStall,
 		chunks: make(chan []byte, chunkCount-1), free: make(chan []byte, chunkCount), stop: make(chan struct{}),
 		hash: sha256.New(), total: total, progress: progress, lastTime: time.Now(),
 	}
@@ -73,15 +78,47 @@ func newImageStream(src io.Reader, format Format, total int64, stall time.Durati
 	return s
 }
 
+// stallTimer calls a func once when the source delivers nothing for a while. It runs only
+// while the producer waits for the source: time spent waiting for the consumer (libvirt's
+// upload) is not the server's stall.
+type stallTimer struct {
+	t     *time.Timer // nil: no stall limit
+	d     time.Duration
+	fired bool
+}
+
+func newStallTimer(d time.Duration, f func()) *stallTimer {
+	st := &stallTimer{d: d}
+	if d > 0 && f != nil {
+		st.t = time.AfterFunc(d, f)
+	}
+	return st
+}
+
+// pause stops the clock; it notes when the timer has fired already.
+func (st *stallTimer) pause() {
+	if st.t != nil && !st.fired && !st.t.Stop() {
+		st.fired = true
+	}
+}
+
+// resume restarts the clock from zero, unless the timer has fired.
+func (st *stallTimer) resume() {
+	if st.t != nil && !st.fired {
+		st.t.Reset(st.d)
+	}
+}
+
 // fill reads into buf until it is full, src ends or fails. err is io.EOF at
 // the end of src.
-func (s *imageStream) fill(buf []byte, timer *time.Timer) (int, error) {
+func (s *imageStream) fill(buf []byte, st *stallTimer) (int, error) {
 	n := 0
 	for n < len(buf) {
 		m, err := s.src.Read(buf[n:])
 		n += m
-		if m > 0 && timer != nil {
-			timer.Reset(s.stall)
+		if m > 0 {
+			st.pause()
+			st.resume()
 		}
 		if err != nil {
 			return n, err
@@ -93,19 +130,18 @@ func (s *imageStream) fill(buf []byte, timer *time.Timer) (int, error) {
 func (s *imageStream) produce() {
 	defer s.wg.Done()
 	defer close(s.chunks)
-	var timer *time.Timer
-	if s.stall > 0 && s.onStall != nil {
-		timer = time.AfterFunc(s.stall, s.onStall)
-		defer timer.Stop()
-	}
+	st := newStallTimer(s.stall, s.onStall)
+	defer st.pause()
 	for {
 		var buf []byte
+		st.pause()
 		select {
 		case buf = <-s.free:
 		case <-s.stop:
 			return
 		}
-		n, err := s.fill(buf[:cap(buf)], timer)
+		st.resume()
+		n, err := s.fill(buf[:cap(buf)], st)
 		if s.n == 0 && (n > 0 || err == io.EOF) {
 			vs, ferr := checkFormat(s.format, buf[:n])
 			if ferr != nil {
@@ -114,14 +150,20 @@ func (s *imageStream) produce() {
 			}
 			s.virtualSize = vs
 		}
+		if s.max > 0 && s.n+int64(n) > s.max {
+			s.fail(&LimitError{Limit: LimitSize, MaxBytes: s.max})
+			return
+		}
 		if n > 0 {
 			_, _ = s.hash.Write(buf[:n])
 			s.n += int64(n)
+			st.pause()
 			select {
 			case s.chunks <- buf[:n]:
 			case <-s.stop:
 				return
 			}
+			st.resume()
 		}
 		if err == io.EOF {
 			return
@@ -196,7 +238,8 @@ func (s *imageStream) close() {
 // sum returns the hex sha256 of the bytes read so far; call after close.
 func (s *imageStream) sum() string { return hex.EncodeToString(s.hash.Sum(nil)) }
 
-// errStalled is the cause of a download that sent no bytes for too long.
+// errStalled is the cause of a download that sent no bytes for too long;
+// Publish reports it as a *LimitError of LimitStall.
 var errStalled = errors.New("the image server sent no data for too long")
 
 // withStall returns a context cancelled with errStalled by the returned func.

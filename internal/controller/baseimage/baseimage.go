@@ -1,16 +1,19 @@
 // Package baseimage reconciles BaseImages: a cloud image streamed from its URL into a storage
 // volume on the host, verified by sha256 and published atomically (internal/imagecache).
 //
-// Uploads run in the background (see jobs.go) and report progress in status. A digest
-// mismatch is terminal for that source: the resource shows it until the spec changes. An
-// edited source publishes a new volume; older volumes are kept while overlays use them and
-// removed as soon as they do not. Deleting a BaseImage is held while overlays use it.
+// Uploads run in the background (see jobs.go) and report progress in status. Downloads are
+// bounded by the imageSources of the host's config (internal/sourcepolicy): a refused
+// destination or an image over maxImageSizeMiB is terminal like a digest mismatch: the
+// resource shows it until the spec or the config's imageSources change. A timeout (no
+// response headers, a stalled download) is shown for a minute, then retried. An edited source
+// publishes a new volume; older volumes are kept while overlays use them and removed as soon
+// as they do not. Deleting a BaseImage is held while overlays use it.
 package baseimage
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -30,10 +33,15 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 )
 
 // uploadTimeout bounds one background upload.
 const uploadTimeout = 6 * time.Hour
+
+// limitRetryDelay is how long a download that timed out (no response headers, a stall) is
+// shown as failed before it is tried again.
+const limitRetryDelay = time.Minute
 
 const (
 	errLookup      = "cannot look up the image on the host"
@@ -42,6 +50,8 @@ const (
 	errHeld        = "deletion is held: the image is still in use by %s; delete those KVMDomains (or their overlays) first"
 	errFailed      = "cannot publish the image"
 	errOtherOwner  = "the host already caches this image for another BaseImage: refer to that BaseImage instead, or change source"
+	errPolicy      = "cannot use the imageSources of %s"
+	errRetryLater  = "cannot publish the image; it is tried again %s after this attempt failed"
 	reasonUpload   = event.Reason("ImagePublished")
 	reasonUnverify = event.Reason("ImageUnverified")
 	reasonFailed   = event.Reason("ImagePublishFailed")
@@ -61,7 +71,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 		},
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.BaseImage] {
 			return &connector{
-				jobs: js, recorder: rec, http: &http.Client{},
+				jobs: js, recorder: rec,
 				conn: connection.NewConnector(mgr.GetClient(), pool, rec),
 			}
 		},
@@ -80,8 +90,9 @@ type Cache interface {
 type connector struct {
 	jobs     *jobs
 	recorder event.Recorder
-	http     *http.Client
 	conn     *connection.Connector
+	// resolver resolves image hosts; nil is the system's. Tests point names at loopback.
+	resolver imagecache.Resolver
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (managed.TypedExternalClient[*v1alpha1.BaseImage], error) {
@@ -89,17 +100,40 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	if err != nil {
 		return nil, err
 	}
+	dl, key, err := downloads(s.Source, s.ImageSources)
+	if err != nil {
+		return nil, err
+	}
+	dl.Resolver = c.resolver
 	return &external{
-		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults,
-		cache: imagecache.New(libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)), c.http),
+		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, policy: key, now: time.Now,
+		cache: imagecache.New(libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)), dl),
 	}, nil
+}
+
+// downloads compiles the imageSources of config into what the image cache enforces, and a
+// key that changes whenever they change.
+func downloads(config string, p v1alpha1.ImageSourcePolicy) (imagecache.Downloads, string, error) {
+	pol, err := sourcepolicy.New(p)
+	if err != nil {
+		return imagecache.Downloads{}, "", errors.Wrapf(err, errPolicy, config)
+	}
+	key, err := json.Marshal(p)
+	if err != nil {
+		return imagecache.Downloads{}, "", errors.Wrapf(err, errPolicy, config)
+	}
+	return imagecache.Downloads{Config: config, Policy: pol, Limits: sourcepolicy.LimitsOf(p)}, string(key), nil
 }
 
 type external struct {
 	jobs     *jobs
 	recorder event.Recorder
 	defaults v1alpha1.HostDefaults
-	cache    Cache
+	// policy identifies the imageSources the cache enforces: a job that ran under others
+	// is not this policy's verdict.
+	policy string
+	now    func() time.Time
+	cache  Cache
 }
 
 func source(cr *v1alpha1.BaseImage) imagecache.Source {
@@ -146,8 +180,8 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 	}
 
 	j := e.jobs.get(cr.GetUID())
-	if j != nil && j.src != src {
-		j = nil // a job for an earlier source; Create replaces it
+	if j != nil && (j.src != src || j.policy != e.policy) {
+		j = nil // a job for an earlier source or imageSources; Create replaces it
 	}
 
 	if img.State == imagecache.StatePublished {
@@ -168,10 +202,16 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 		cr.SetConditions(xpv2.Creating())
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, nil
 	case j.err != nil && imagecache.IsTerminal(j.err):
-		// Retrying the same source cannot help: show why until the spec changes.
+		// Retrying the same source (under the same imageSources) cannot help: show why until
+		// the spec or the config's imageSources change.
 		cr.Status.AtProvider.Upload = nil
 		cr.SetConditions(xpv2.Unavailable().WithMessage(j.err.Error()))
 		return managed.ExternalObservation{}, errors.Wrap(j.err, errFailed)
+	case j.err != nil && imagecache.IsLimit(j.err) && e.now().Sub(j.finishedAt) < limitRetryDelay:
+		// A timeout: the server may answer later, but not right away. Show why for a while.
+		cr.Status.AtProvider.Upload = nil
+		cr.SetConditions(xpv2.Unavailable().WithMessage(j.err.Error()))
+		return managed.ExternalObservation{}, errors.Wrapf(j.err, errRetryLater, limitRetryDelay)
 	default:
 		// A failed upload worth retrying, or a volume that went away: start again.
 		if j.err != nil {
@@ -228,7 +268,7 @@ func (e *external) Create(_ context.Context, cr *v1alpha1.BaseImage) (managed.Ex
 	pool, src, own := e.pool(cr), source(cr), owner(cr)
 	// The external name follows the volume of the current source.
 	meta.SetExternalName(cr, imagecache.VolumeName(src))
-	e.jobs.start(cr.GetUID(), src, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) {
+	e.jobs.start(cr.GetUID(), src, e.policy, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) {
 		return e.cache.Publish(ctx, pool, src, own, progress)
 	})
 	cr.SetConditions(xpv2.Creating())

@@ -82,6 +82,12 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
+	// The built-in denial refuses loopback: allow exactly this server, as a platform team
+	// allows its mirror.
+	env.AllowImageServer(t, "default", srv.URL)
+	// Another server on loopback, not allowed.
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(imgA) }))
+	t.Cleanup(other.Close)
 
 	ctx := context.Background()
 	kube := env.Client
@@ -134,6 +140,47 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		if err := kube.Delete(ctx, bi); err != nil {
 			t.Fatal(err)
 		}
+	})
+
+	t.Run("RefusedSourceNamesTheRuleUntilTheConfigAllowsIt", func(t *testing.T) {
+		bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "images", Name: "refused"},
+			Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: other.URL + "/a.qcow2", SHA256: shaA}}}}
+		if err := kube.Create(ctx, bi); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "refusal reported", func() error {
+			if err := get(bi); err != nil {
+				return err
+			}
+			s := bi.GetCondition(xpv2.TypeSynced)
+			if s.Status != corev1.ConditionFalse || !strings.Contains(s.Message, "built-in: loopback 127.0.0.0/8") ||
+				!strings.Contains(s.Message, "imageSources of ClusterProviderConfig/default") {
+				return fmt.Errorf("Synced=%s: %q does not name the rule and the config", s.Status, s.Message)
+			}
+			return nil
+		})
+		vols, err := lv.Volumes(ctx, tb.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vols {
+			if v.Name == externalName(bi) {
+				t.Errorf("volume %s exists after a refusal", v.Name)
+			}
+		}
+		// Allowing the server in the config lets the same BaseImage publish: the refusal
+		// was the old policy's verdict.
+		env.AllowImageServer(t, "default", other.URL)
+		testenv.Eventually(t, 2*time.Minute, "BaseImage published once allowed", readyWith(bi, shaA))
+		if err := kube.Delete(ctx, bi); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "refused BaseImage deleted", func() error {
+			if err := get(bi); !kerrors.IsNotFound(err) {
+				return fmt.Errorf("still present (%v)", err)
+			}
+			return nil
+		})
 	})
 
 	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "images", Name: "debian"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -15,15 +16,18 @@ import (
 // reports its progress. A provider killed mid-upload loses its jobs: the next Observe finds
 // debris (never a usable volume) and no job, and Create starts again.
 type job struct {
-	src    imagecache.Source
+	src imagecache.Source
+	// policy identifies the imageSources the job downloads under.
+	policy string
 	cancel context.CancelFunc
 	done   chan struct{}
 
 	bytesDone, bytesTotal atomic.Int64
 
 	// Set before done is closed.
-	result imagecache.Result
-	err    error
+	result     imagecache.Result
+	err        error
+	finishedAt time.Time
 }
 
 func (j *job) finished() bool {
@@ -49,19 +53,20 @@ func (js *jobs) get(uid types.UID) *job {
 	return js.m[uid]
 }
 
-// start runs publish for uid unless a job for the same source is already running or
-// finished. A job for another source (the spec was edited) is cancelled first.
-func (js *jobs) start(uid types.UID, src imagecache.Source, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) *job {
+// start runs publish for uid unless a job for the same source and policy is already
+// running. A job for another source (the spec was edited) or policy (the config's
+// imageSources were) is cancelled first.
+func (js *jobs) start(uid types.UID, src imagecache.Source, policy string, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) *job {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if j, ok := js.m[uid]; ok {
-		if j.src == src && !j.finished() {
+		if j.src == src && j.policy == policy && !j.finished() {
 			return j
 		}
 		j.cancel()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
-	j := &job{src: src, cancel: cancel, done: make(chan struct{})}
+	j := &job{src: src, policy: policy, cancel: cancel, done: make(chan struct{})}
 	js.m[uid] = j
 	go func() {
 		defer cancel()
@@ -69,6 +74,7 @@ func (js *jobs) start(uid types.UID, src imagecache.Source, publish func(ctx con
 			j.bytesDone.Store(done)
 			j.bytesTotal.Store(total)
 		})
+		j.finishedAt = time.Now()
 		close(j.done)
 	}()
 	return j

@@ -53,6 +53,8 @@ type Session struct {
 
 	// Defaults for fields the managed resource leaves empty.
 	Defaults v1alpha1.HostDefaults
+	// ImageSources bounds what BaseImages on this host download.
+	ImageSources v1alpha1.ImageSourcePolicy
 	// Source names the config, e.g. ClusterProviderConfig/default.
 	Source string
 	// Socket and URI of libvirt on the host, for connections of their own (see
@@ -73,7 +75,7 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 		return nil, errors.Wrap(err, errResolve)
 	}
 	h := r.Host.WithDefaults()
-	s := &Session{Defaults: r.Defaults, Source: r.Source, Socket: h.Socket, URI: h.URI,
+	s := &Session{Defaults: r.Defaults, ImageSources: r.ImageSources, Source: r.Source, Socket: h.Socket, URI: h.URI,
 		ImportsAllowed: r.ImportsAllowed(mg.GetNamespace())}
 	s.onOpen = func(info host.OpenInfo) {
 		if info.Insecure && c.Recorder != nil {

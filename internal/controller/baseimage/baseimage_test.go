@@ -1,0 +1,104 @@
+package baseimage
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+)
+
+// absentCache is a host where no image is cached.
+type absentCache struct{ Cache }
+
+func (absentCache) Lookup(_ context.Context, pool string, src imagecache.Source, _ string) (imagecache.Image, error) {
+	return imagecache.Image{State: imagecache.StateAbsent, Pool: pool, Volume: imagecache.VolumeName(src)}, nil
+}
+
+func TestObserveFailedDownload(t *testing.T) {
+	const policy = `{"allow":[{"cidr":"127.0.0.1/32"}]}`
+	refused := &imagecache.RefusedError{URL: "http://127.0.0.1:8080/a", Config: "ClusterProviderConfig/default", Rule: "built-in: loopback 127.0.0.0/8"}
+	tooLarge := &imagecache.LimitError{URL: "http://127.0.0.1:8080/a", Config: "ClusterProviderConfig/default", Limit: imagecache.LimitSize, MaxBytes: 1 << 20, Announced: 2 << 20}
+	stalled := &imagecache.LimitError{URL: "http://127.0.0.1:8080/a", Config: "ClusterProviderConfig/default", Limit: imagecache.LimitStall, Timeout: time.Minute}
+	finished := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+	type args struct {
+		err    error         // the finished job's error
+		policy string        // the policy the job ran under
+		since  time.Duration // time since the job finished
+	}
+	type want struct {
+		obs managed.ExternalObservation
+		err string // the error Observe returns; "" for none
+		// ready is the message of a Ready=False condition, "" when none is set.
+		ready string
+		// kept is true when the job is still remembered.
+		kept bool
+	}
+	cases := map[string]struct {
+		reason string
+		args   args
+		want   want
+	}{
+		"RefusedIsTerminal": {
+			reason: "A refused source is shown until the spec or the policy changes.",
+			args:   args{err: refused, policy: policy, since: time.Hour},
+			want:   want{err: "cannot publish the image: " + refused.Error(), ready: refused.Error(), kept: true},
+		},
+		"TooLargeIsTerminal": {
+			reason: "An image over maxImageSizeMiB is shown until the spec or the policy changes.",
+			args:   args{err: tooLarge, policy: policy, since: time.Hour},
+			want:   want{err: "cannot publish the image: " + tooLarge.Error(), ready: tooLarge.Error(), kept: true},
+		},
+		"RefusedUnderAnotherPolicy": {
+			reason: "A refusal under imageSources since changed is not this policy's verdict: publish again.",
+			args:   args{err: refused, policy: `{}`, since: time.Second},
+			want:   want{obs: managed.ExternalObservation{ResourceExists: false}, kept: true},
+		},
+		"StallShownForAWhile": {
+			reason: "A stall is shown, with when it is retried, for a minute.",
+			args:   args{err: stalled, policy: policy, since: 30 * time.Second},
+			want:   want{err: "cannot publish the image; it is tried again 1m0s after this attempt failed: " + stalled.Error(), ready: stalled.Error(), kept: true},
+		},
+		"StallRetriedLater": {
+			reason: "After a minute a stalled download is tried again.",
+			args:   args{err: stalled, policy: policy, since: 2 * time.Minute},
+			want:   want{obs: managed.ExternalObservation{ResourceExists: false}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cr := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "img", UID: "uid-1"},
+				Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Pool: "default", Source: v1alpha1.ImageSource{URL: "http://127.0.0.1:8080/a"}}}}
+			js := newJobs()
+			j := js.start(cr.GetUID(), source(cr), tc.args.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				return imagecache.Result{}, tc.args.err
+			})
+			<-j.done
+			j.finishedAt = finished
+			e := &external{jobs: js, recorder: event.NewNopRecorder(), policy: policy, cache: absentCache{},
+				now: func() time.Time { return finished.Add(tc.args.since) }}
+
+			obs, err := e.Observe(context.Background(), cr)
+			got := want{obs: obs, kept: js.get(cr.GetUID()) != nil}
+			if err != nil {
+				got.err = err.Error()
+			}
+			if c := cr.GetCondition(xpv2.TypeReady); c.Status == corev1.ConditionFalse {
+				got.ready = c.Message
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,42 @@
+package testenv
+
+import (
+	"context"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+)
+
+// AllowImageServer lets BaseImages of ClusterProviderConfig name download from the test image
+// server at serverURL: an imageSources allow rule naming exactly its address and port (cidr
+// 127.0.0.1/32 and the port), since the built-in denial refuses loopback otherwise.
+func (e *Env) AllowImageServer(t testing.TB, name, serverURL string) {
+	t.Helper()
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatalf("image server %s has no port: %v", serverURL, err)
+	}
+	ip, err := netip.ParseAddr(u.Hostname())
+	if err != nil {
+		t.Fatalf("image server %s is not at an IP address: %v", serverURL, err)
+	}
+	cpc := &v1alpha1.ClusterProviderConfig{}
+	ctx := context.Background()
+	if err := e.Client.Get(ctx, types.NamespacedName{Name: name}, cpc); err != nil {
+		t.Fatal(err)
+	}
+	cpc.Spec.ImageSources.Allow = append(cpc.Spec.ImageSources.Allow,
+		v1alpha1.ImageSourceRule{CIDR: netip.PrefixFrom(ip, ip.BitLen()).String(), Ports: []int32{int32(port)}}) //nolint:gosec // a TCP port
+	if err := e.Client.Update(ctx, cpc); err != nil {
+		t.Fatal(err)
+	}
+}
