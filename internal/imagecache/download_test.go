@@ -278,30 +278,30 @@ func TestRefusedErrorMessage(t *testing.T) {
 		"BuiltInLiteral": {
 			reason: "A refusal by the built-in denial names the rule and says how to allow exactly that server.",
 			err:    &RefusedError{URL: "http://127.0.0.1:8080/img", Config: "ClusterProviderConfig/default", Rule: "built-in: loopback 127.0.0.0/8"},
-			want: "the image source policy (imageSources of ClusterProviderConfig/default) refuses http://127.0.0.1:8080/img: built-in: loopback 127.0.0.0/8; nothing was downloaded. " +
+			want: "the image source policy (imageSources of ClusterProviderConfig/default) refused http://127.0.0.1:8080/img: built-in: loopback 127.0.0.0/8; nothing was downloaded. " +
 				"To allow exactly this server, add {cidr: 127.0.0.1/32, ports: [8080]} to imageSources.allow",
 		},
 		"BuiltInResolved": {
 			reason: "A refused name says what it resolved to.",
 			err:    &RefusedError{URL: "http://mirror.test/img", Host: "mirror.test", Addr: "[::1]:80", Config: "ProviderConfig/lab", Rule: "built-in: loopback ::1"},
-			want: "the image source policy (imageSources of ProviderConfig/lab) refuses http://mirror.test/img (mirror.test resolves to [::1]:80): built-in: loopback ::1; nothing was downloaded. " +
+			want: "the image source policy (imageSources of ProviderConfig/lab) refused http://mirror.test/img (mirror.test resolves to [::1]:80): built-in: loopback ::1; nothing was downloaded. " +
 				"To allow exactly this server, add {cidr: ::1/128, ports: [80]} to imageSources.allow",
 		},
 		"Deny": {
 			reason: "A deny rule is named; there is nothing to suggest.",
 			err:    &RefusedError{URL: "https://x.example.org/a", Addr: "10.1.2.3:443", Config: "ClusterProviderConfig/default", Rule: "deny[2] (cidr 10.0.0.0/8)"},
-			want:   "the image source policy (imageSources of ClusterProviderConfig/default) refuses https://x.example.org/a (address 10.1.2.3:443): deny[2] (cidr 10.0.0.0/8); nothing was downloaded",
+			want:   "the image source policy (imageSources of ClusterProviderConfig/default) refused https://x.example.org/a (address 10.1.2.3:443): deny[2] (cidr 10.0.0.0/8); nothing was downloaded",
 		},
 		"Redirect": {
 			reason: "A refused redirect names both URLs.",
 			err:    &RefusedError{URL: "http://x.example.org/a", RedirectFrom: "https://x.example.org/a", Config: "ClusterProviderConfig/default", Rule: "a redirect from https to http"},
-			want: "the image source policy (imageSources of ClusterProviderConfig/default) refuses the redirect from https://x.example.org/a to http://x.example.org/a: a redirect from https to http; nothing was downloaded. " +
+			want: "the image source policy (imageSources of ClusterProviderConfig/default) refused the redirect from https://x.example.org/a to http://x.example.org/a: a redirect from https to http; nothing was downloaded. " +
 				"Point source.url at an https URL that does not redirect to http",
 		},
 		"NotAllowed": {
 			reason: "A URL no allow rule matches says to add one.",
 			err:    &RefusedError{URL: "https://other.example.org/a", Config: "ClusterProviderConfig/default", Rule: "not matched by any allow rule"},
-			want: "the image source policy (imageSources of ClusterProviderConfig/default) refuses https://other.example.org/a: not matched by any allow rule; nothing was downloaded. " +
+			want: "the image source policy (imageSources of ClusterProviderConfig/default) refused https://other.example.org/a: not matched by any allow rule; nothing was downloaded. " +
 				"Add an imageSources.allow rule (urlPrefix, host or cidr) that matches it, or use an allowed mirror",
 		},
 	}

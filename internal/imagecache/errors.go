@@ -140,7 +140,7 @@ func (e *RefusedError) Error() string {
 	if e.Config != "" {
 		b.WriteString(" of " + e.Config)
 	}
-	b.WriteString(") refuses ")
+	b.WriteString(") refused ")
 	if e.RedirectFrom != "" {
 		b.WriteString("the redirect from " + e.RedirectFrom + " to ")
 	}
