@@ -94,6 +94,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 	// The image, served from loopback inside the test bed's namespace.
 	img := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, image) }))
 	t.Cleanup(img.Close)
+	env.AllowImageServer(t, "default", img.URL) // the built-in denial refuses loopback otherwise
 	// The URL the guest's squid must fetch: a 204 on the NAT bridge, inside the namespace.
 	bridge := os.Getenv("TESTBED_BRIDGE_IP")
 	if bridge == "" {
