@@ -50,6 +50,7 @@ const (
 	errHeld        = "deletion is held: the image is still in use by %s; delete those KVMDomains (or their overlays) first"
 	errFailed      = "cannot publish the image"
 	errOtherOwner  = "the host already caches this image for another BaseImage: refer to that BaseImage instead, or change source"
+	errExtName     = "the crossplane.io/external-name annotation %q is not the name of this BaseImage's volume, %q: the provider derives volume names from the source, so that no resource can act on another's; remove the annotation or set it to %q"
 	errPolicy      = "cannot use the imageSources of %s"
 	errRetryLater  = "cannot publish the image; it is tried again %s after this attempt failed"
 	reasonUpload   = event.Reason("ImagePublished")
@@ -145,6 +146,17 @@ func owner(cr *v1alpha1.BaseImage) imagecache.Owner {
 	return imagecache.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName()}
 }
 
+// checkExternalName refuses an external name that is neither the volume of the current source
+// nor the one published before the source changed (Create then moves it to the new one). The
+// volumes acted on come from the source and the ownership records, never from the annotation.
+func checkExternalName(cr *v1alpha1.BaseImage, src imagecache.Source) error {
+	n, want := meta.GetExternalName(cr), imagecache.VolumeName(src)
+	if n == "" || n == want || n == cr.Status.AtProvider.VolumeName {
+		return nil
+	}
+	return errors.Errorf(errExtName, n, want, want)
+}
+
 func (e *external) pool(cr *v1alpha1.BaseImage) string {
 	if cr.Spec.ForProvider.Pool != "" {
 		return cr.Spec.ForProvider.Pool
@@ -154,6 +166,9 @@ func (e *external) pool(cr *v1alpha1.BaseImage) string {
 
 func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalObservation, error) {
 	pool, src, uid := e.pool(cr), source(cr), string(cr.GetUID())
+	if err := checkExternalName(cr, src); err != nil && !meta.WasDeleted(cr) {
+		return managed.ExternalObservation{}, err
+	}
 	if meta.WasDeleted(cr) {
 		owned, err := e.cache.Owned(ctx, pool, uid)
 		if err != nil {
