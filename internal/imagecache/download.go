@@ -27,6 +27,7 @@ const (
 	ruleTooMany      = "more than 10 redirects"
 	errNoURL         = "internal error: dialing %s without a request URL"
 	errResolve       = "cannot resolve %s"
+	errPort          = "invalid port in %s"
 	errNoAddress     = "%s has no address to dial"
 	errScheme        = "scheme %q is not http or https"
 	headerTimeoutMsg = "timeout awaiting response headers" // net/http's ResponseHeaderTimeout error
@@ -170,7 +171,7 @@ func (g *guard) dial(ctx context.Context, network, addr string) (net.Conn, error
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
-		return nil, errors.Wrapf(err, "invalid port in %s", addr)
+		return nil, errors.Wrapf(err, errPort, addr)
 	}
 	var ips []netip.Addr
 	if ip, perr := netip.ParseAddr(host); perr == nil {
@@ -192,7 +193,7 @@ func (g *guard) dial(ctx context.Context, network, addr string) (net.Conn, error
 		lastErr error
 	)
 	for _, ip := range ips {
-		ap := netip.AddrPortFrom(ip.WithZone(""), uint16(port)) //nolint:gosec // a port from SplitHostPort
+		ap := netip.AddrPortFrom(ip.Unmap(), uint16(port)) //nolint:gosec // a port from SplitHostPort
 		if dec := g.d.Policy.Check(sourcepolicy.Target{URL: u, IP: ip, Port: port}); !dec.Allowed {
 			if refused == nil {
 				refused = g.refused(u, ap.String(), dec.Rule, "")
