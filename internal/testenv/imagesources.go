@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 )
@@ -29,14 +30,18 @@ func (e *Env) AllowImageServer(t testing.TB, name, serverURL string) {
 	if err != nil {
 		t.Fatalf("image server %s is not at an IP address: %v", serverURL, err)
 	}
-	cpc := &v1alpha1.ClusterProviderConfig{}
+	rule := v1alpha1.ImageSourceRule{CIDR: netip.PrefixFrom(ip, ip.BitLen()).String(), Ports: []int32{int32(port)}} //nolint:gosec // a TCP port
 	ctx := context.Background()
-	if err := e.Client.Get(ctx, types.NamespacedName{Name: name}, cpc); err != nil {
-		t.Fatal(err)
-	}
-	cpc.Spec.ImageSources.Allow = append(cpc.Spec.ImageSources.Allow,
-		v1alpha1.ImageSourceRule{CIDR: netip.PrefixFrom(ip, ip.BitLen()).String(), Ports: []int32{int32(port)}}) //nolint:gosec // a TCP port
-	if err := e.Client.Update(ctx, cpc); err != nil {
-		t.Fatal(err)
+	// The config controller writes the status meanwhile: retry on conflicts.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cpc := &v1alpha1.ClusterProviderConfig{}
+		if err := e.Client.Get(ctx, types.NamespacedName{Name: name}, cpc); err != nil {
+			return err
+		}
+		cpc.Spec.ImageSources.Allow = append(cpc.Spec.ImageSources.Allow, rule)
+		return e.Client.Update(ctx, cpc)
+	})
+	if err != nil {
+		t.Fatalf("allowing image server %s in ClusterProviderConfig %s: %v", serverURL, name, err)
 	}
 }
