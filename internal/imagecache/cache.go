@@ -315,7 +315,12 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 		return Result{Image: img, Reused: true}, nil
 	}
 
-	// Debris (ours or nobody's) or nothing: start clean, keeping our claim.
+	// A data volume that no record names was never made by us (we write the claim before
+	// the data and drop it only after the marker): never ours to overwrite or delete.
+	if img.HasData && img.Owner.UID == "" {
+		return Result{Image: img}, &OwnedByOtherError{Pool: pool, Volume: vol}
+	}
+	// Debris (ours, or torn records of ours) or nothing: start clean, keeping our claim.
 	// Even debris is never deleted under an overlay: whatever made it, a
 	// guest's disk depends on the file.
 	if img.HasData {
@@ -549,6 +554,10 @@ func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) error
 	}
 	if err := checkOwner(img, ownerUID); err != nil {
 		return err
+	}
+	if img.HasData && img.Owner.UID == "" {
+		// No record names anyone: not made by us, never ours to delete.
+		return &OwnedByOtherError{Pool: pool, Volume: volume}
 	}
 	inUse := func() error {
 		if !img.HasData {

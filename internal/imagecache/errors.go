@@ -33,7 +33,8 @@ func IsDigestMismatch(err error) bool {
 	return errors.As(err, &e)
 }
 
-// OwnedByOtherError says a volume belongs to another BaseImage.
+// OwnedByOtherError says a volume belongs to another BaseImage, or (Owner zero) to nobody we
+// know: a data volume that no record names was never made by us.
 type OwnedByOtherError struct {
 	Pool   string
 	Volume string
@@ -41,6 +42,9 @@ type OwnedByOtherError struct {
 }
 
 func (e *OwnedByOtherError) Error() string {
+	if e.Owner.UID == "" {
+		return fmt.Sprintf("volume %s in pool %s exists without an ownership record: it was not made by provider-kvm, so it is never overwritten or deleted; remove it by hand if nothing uses it", e.Volume, e.Pool)
+	}
 	return fmt.Sprintf("volume %s in pool %s belongs to BaseImage %s; two BaseImages cannot share an image: use that BaseImage, or give this one a different source", e.Volume, e.Pool, e.Owner)
 }
 

@@ -540,7 +540,12 @@ func TestIntegrationInterrupted(t *testing.T) {
 		owner := e.owner(t, "torn")
 		src := Source{URL: srv.URL + "/img?torn", SHA256: sha(data)}
 		vol := VolumeName(src)
-		// Complete data, but the marker volume was created and never written.
+		// What a provider killed while writing the marker leaves: complete data, a marker
+		// volume created and never written, and its claim (dropped only after the marker).
+		claim := Record{State: RecordClaimed, Volume: vol, Owner: owner, SourceURL: src.URL, Format: FormatQCOW2, Time: time.Now()}
+		if err := e.cache.writeRecord(ctx, e.tb.pool, ClaimName(vol), claim); err != nil {
+			t.Fatal(err)
+		}
 		for _, n := range []string{vol, MarkerName(vol)} {
 			x, _ := libvirt.VolumeXML(libvirt.VolumeSpec{Name: n, Format: libvirt.FormatRaw, CapacityBytes: 300})
 			if _, err := e.lv.CreateVolume(ctx, e.tb.pool, x); err != nil {
@@ -548,10 +553,33 @@ func TestIntegrationInterrupted(t *testing.T) {
 			}
 		}
 		img, err := e.cache.Lookup(ctx, e.tb.pool, src, owner.UID)
-		if err != nil || img.State != StateDebris || img.Owner.UID != "" {
-			t.Fatalf("Lookup = %+v, %v; want ownerless Debris", img, err)
+		if err != nil || img.State != StateDebris || img.Owner != owner {
+			t.Fatalf("Lookup = %+v, %v; want Debris owned by %v", img, err, owner)
 		}
 		publishOK(t, ctx, src, owner)
+	})
+
+	t.Run("DataWithoutAnyRecord", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		owner := e.owner(t, "unrecorded")
+		src := Source{URL: srv.URL + "/img?unrecorded", SHA256: sha(data)}
+		vol := VolumeName(src)
+		// A volume of our naming scheme that no record names: not made by us (we write the
+		// claim before the data), so it is never overwritten or deleted.
+		x, _ := libvirt.VolumeXML(libvirt.VolumeSpec{Name: vol, Format: libvirt.FormatRaw, CapacityBytes: 300})
+		if _, err := e.lv.CreateVolume(ctx, e.tb.pool, x); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.lv.DeleteVolume(context.Background(), e.tb.pool, vol) })
+		if _, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil); !IsOwnedByOther(err) || !strings.Contains(err.Error(), "without an ownership record") {
+			t.Fatalf("Publish = %v, want a refusal: no ownership record", err)
+		}
+		if err := e.cache.Remove(ctx, e.tb.pool, vol, owner.UID); !IsOwnedByOther(err) {
+			t.Fatalf("Remove = %v, want a refusal: no ownership record", err)
+		}
+		if _, err := e.lv.Volume(ctx, e.tb.pool, vol); err != nil {
+			t.Fatalf("the unrecorded volume is gone: %v", err)
+		}
 	})
 }
 
