@@ -30,6 +30,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
@@ -57,6 +58,7 @@ const (
 	errImportsOff    = "cannot import domain %s: imports are off on %s (the platform team allows them with spec.imports on that config)"
 	errImportForeign = "cannot import domain %s: it belongs to %s/%s (UID %s), and a domain managed by another resource is never imported"
 	errResizeOverlay = "cannot grow the root disk overlay"
+	errNotABase      = "BaseImage %s reports volume %q, which is not a cached base image volume"
 
 	// Connection detail keys: the guest's address, for a connection Secret.
 	ConnectionIPv4 = "ipv4"
@@ -430,6 +432,17 @@ func checkOwner(d libvirt.DomainInfo, cr *v1alpha1.KVMDomain) error {
 	return nil
 }
 
+// seedPool is the pool of a SeedVolume's volume, chosen as its controller chooses it.
+func seedPool(sv *v1alpha1.SeedVolume, def string) string {
+	switch {
+	case sv.Spec.ForProvider.Pool != "":
+		return sv.Spec.ForProvider.Pool
+	case sv.Status.AtProvider.Pool != "":
+		return sv.Status.AtProvider.Pool
+	}
+	return def
+}
+
 // inputs are the BaseImage and SeedVolume a domain is built from.
 type inputs struct {
 	base *v1alpha1.BaseImage
@@ -518,7 +531,8 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 		s.Network = e.defaults.Network
 	}
 	if in.seed != nil {
-		s.Seed = &domainxml.Volume{Pool: in.seed.Status.AtProvider.Pool, Name: in.seed.Status.AtProvider.VolumeName}
+		// The seed's volume name is derived from the SeedVolume, never read from its status.
+		s.Seed = &domainxml.Volume{Pool: seedPool(in.seed, e.defaults.Pool), Name: names.SeedVolume(in.seed.GetNamespace(), in.seed.GetName(), string(in.seed.GetUID()))}
 		s.Owner.SeedSHA256 = in.seed.Status.AtProvider.ISOSHA256
 	}
 	x, err := domainxml.Domain(s)
@@ -546,8 +560,21 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target
 	if format == "" {
 		format = string(v1alpha1.ImageFormatQCOW2)
 	}
+	// The backing file is looked up on the host by a base image volume name, never taken as a
+	// path from status: an overlay can only ever back onto a cached base image.
+	bv, bp := base.Status.AtProvider.VolumeName, base.Status.AtProvider.Pool
+	if bp == "" {
+		bp = t.pool
+	}
+	if !imagecache.IsVolumeName(bv) {
+		return errors.Errorf(errNotABase, base.GetName(), bv)
+	}
+	bvol, err := e.lv.Volume(ctx, bp, bv)
+	if err != nil {
+		return errors.Wrap(err, errOverlay)
+	}
 	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: t.overlay, Format: "qcow2", CapacityBytes: capacity,
-		BackingStorePath: base.Status.AtProvider.Path, BackingStoreFormat: format})
+		BackingStorePath: bvol.Path, BackingStoreFormat: format})
 	if err != nil {
 		return errors.Wrap(err, errOverlay)
 	}

@@ -9,7 +9,9 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
@@ -343,5 +345,87 @@ func TestUpdateRefusesForeignExternalName(t *testing.T) {
 	}
 	if got := h.domains[victim]; got.InactiveXML != before || len(h.calls) != 0 {
 		t.Errorf("Update() touched the victim: calls %v", h.calls)
+	}
+}
+
+func TestCreate(t *testing.T) {
+	const baseVol = "pkvm-base-0123456789abcdef01234567.qcow2"
+	base := func(volume, path string) *v1alpha1.BaseImage {
+		b := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "base", UID: "base-uid"}}
+		b.SetConditions(xpv2.Available())
+		b.Status.AtProvider.VolumeName, b.Status.AtProvider.Pool, b.Status.AtProvider.Path = volume, pool, path
+		b.Status.AtProvider.VirtualSizeBytes = 1 << 30
+		return b
+	}
+	cases := map[string]struct {
+		reason      string
+		base        *v1alpha1.BaseImage
+		host        []hostSetup
+		errSub      string
+		wantBacking string // the overlay's backing file, "" when no overlay is made
+		wantDomain  bool
+	}{
+		"Fresh": {
+			reason: "record, overlay on the base volume's own path, definition, start",
+			base:   base(baseVol, "/pool/default/"+baseVol), wantBacking: "/pool/default/" + baseVol, wantDomain: true,
+		},
+		"StatusPathPointsElsewhere": {
+			reason: "a base whose status names another team's file: the backing file is looked up by volume name",
+			base:   base(baseVol, "/pool/default/team-b_db-99999999.root.qcow2"), wantBacking: "/pool/default/" + baseVol, wantDomain: true,
+		},
+		"StatusVolumeNotABase": {
+			reason: "a base whose status names a volume that is not a base image is refused",
+			base:   base("team-b_db-99999999.root.qcow2", "/pool/default/team-b_db-99999999.root.qcow2"),
+			errSub: "which is not a cached base image volume",
+		},
+		"OverlayOfAnother": {
+			reason: "an overlay of our name whose record names someone else is never used",
+			base:   base(baseVol, "/pool/default/"+baseVol),
+			host: []hostSetup{func(t *testing.T, h *fakeHost) {
+				h.Put(pool, overlay, []byte("x"))
+				h.Put(pool, ownership.RecordVolume(overlay), ownerRecord(t, overlay, ownership.Owner{Kind: v1alpha1.KVMDomainKind, UID: victimUID}))
+			}},
+			errSub: "is not owned by this resource",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newFakeHost()
+			h.Put(pool, baseVol, []byte("QFI\xfb"))
+			for _, s := range tc.host {
+				s(t, h)
+			}
+			s := runtime.NewScheme()
+			_ = v1alpha1.SchemeBuilder.AddToScheme(s)
+			e := newExt(h, false)
+			e.kube = fake.NewClientBuilder().WithScheme(s).WithObjects(tc.base).WithStatusSubresource(tc.base).Build()
+			_, err := e.Create(context.Background(), kvm())
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+				if tc.errSub != "" && strings.Contains(gotErr, tc.errSub) {
+					gotErr = tc.errSub
+				}
+			}
+			if diff := cmp.Diff(tc.errSub, gotErr); diff != "" {
+				t.Fatalf("%s\nCreate() error: -want, +got:\n%s", tc.reason, diff)
+			}
+			backing := ""
+			if x, ok := h.Created[pool+"/"+overlay]; ok {
+				v := &libvirtxml.StorageVolume{}
+				if err := v.Unmarshal(x); err != nil {
+					t.Fatal(err)
+				}
+				if v.BackingStore != nil {
+					backing = v.BackingStore.Path
+				}
+			}
+			if backing != tc.wantBacking {
+				t.Errorf("%s\noverlay backing file %q, want %q", tc.reason, backing, tc.wantBacking)
+			}
+			if _, ok := h.domains[ourDomain]; ok != tc.wantDomain {
+				t.Errorf("%s\ndomain defined: %v, want %v", tc.reason, ok, tc.wantDomain)
+			}
+		})
 	}
 }

@@ -21,6 +21,8 @@ type Storage struct {
 	vols  map[string]*vol // pool "/" name
 	Disks []libvirt.DomainDisk
 	Calls map[string]int
+	// Created holds the XML of each volume created, by pool "/" name.
+	Created map[string]string
 	// Fail, when set, is asked before each call; a non-nil error is returned instead.
 	Fail func(op, pool, name string) error
 	// BeforeCreate, when set, runs before each CreateVolume (without the lock held), e.g. to
@@ -34,7 +36,9 @@ type vol struct {
 }
 
 // New returns an empty Storage.
-func New() *Storage { return &Storage{vols: map[string]*vol{}, Calls: map[string]int{}} }
+func New() *Storage {
+	return &Storage{vols: map[string]*vol{}, Calls: map[string]int{}, Created: map[string]string{}}
+}
 
 // NotFound and Exists are libvirt's errors for a missing and an existing volume.
 var (
@@ -126,6 +130,7 @@ func (s *Storage) CreateVolume(_ context.Context, pool, x string) (libvirt.Volum
 		v.info.Format = sv.Target.Format.Type
 	}
 	s.vols[pool+"/"+sv.Name] = v
+	s.Created[pool+"/"+sv.Name] = x
 	return v.info, nil
 }
 
