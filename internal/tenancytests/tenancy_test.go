@@ -39,8 +39,8 @@ import (
 )
 
 const (
-	teamA = "team-a"
-	teamB = "team-b"
+	teamA = "tenant-a"
+	teamB = "tenant-b"
 )
 
 func virsh(t *testing.T, args ...string) string {
@@ -141,7 +141,7 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 
 	env.Namespace(t, teamA)
 	env.Namespace(t, teamB)
-	ud := "#cloud-config\nhostname: team-a-vm\n"
+	ud := "#cloud-config\nhostname: tenant-a-vm\n"
 	aBase := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "base"}, Spec: v1alpha1.BaseImageSpec{
 		ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: img.URL + "/tiny.qcow2", SHA256: sum}}}}
 	aSeed := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "seed"}, Spec: v1alpha1.SeedVolumeSpec{
