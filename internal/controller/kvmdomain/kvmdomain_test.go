@@ -429,3 +429,33 @@ func TestCreate(t *testing.T) {
 		})
 	}
 }
+
+func TestUpToDate(t *testing.T) {
+	size := domainxml.Size{VCPU: 2, MemoryMiB: 1024}
+	want := v1alpha1.KVMDomainParameters{VCPU: 2, MemoryMiB: 1024, PowerState: v1alpha1.PowerStateRunning}
+	running := libvirt.DomainInfo{State: libvirt.StateRunning}
+	cases := map[string]struct {
+		want v1alpha1.KVMDomainParameters
+		d    libvirt.DomainInfo
+		size domainxml.Size
+		grow uint64
+		up   bool
+	}{
+		"AsAsked":            {want: want, d: running, size: size, up: true},
+		"ShouldRun":          {want: want, d: libvirt.DomainInfo{State: libvirt.StateShutOff}, size: size},
+		"ShouldStop":         {want: v1alpha1.KVMDomainParameters{VCPU: 2, MemoryMiB: 1024, PowerState: v1alpha1.PowerStateStopped}, d: running, size: size},
+		"Stopped":            {want: v1alpha1.KVMDomainParameters{VCPU: 2, MemoryMiB: 1024, PowerState: v1alpha1.PowerStateStopped}, d: libvirt.DomainInfo{State: libvirt.StateShutOff}, size: size, up: true},
+		"PausedIsNotRunning": {want: want, d: libvirt.DomainInfo{State: libvirt.StatePaused}, size: size},
+		"Autostart":          {want: v1alpha1.KVMDomainParameters{VCPU: 2, MemoryMiB: 1024, Autostart: true}, d: running, size: size},
+		"MoreMemory":         {want: v1alpha1.KVMDomainParameters{VCPU: 2, MemoryMiB: 2048}, d: running, size: size},
+		"MoreVCPU":           {want: v1alpha1.KVMDomainParameters{VCPU: 4, MemoryMiB: 1024}, d: running, size: size},
+		"DiskToGrow":         {want: want, d: running, size: size, grow: 1 << 30},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := upToDate(tc.want, tc.d, tc.size, tc.grow); got != tc.up {
+				t.Errorf("upToDate() = %v, want %v", got, tc.up)
+			}
+		})
+	}
+}

@@ -1,0 +1,200 @@
+package kvmdomain
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/domainxml"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+)
+
+// overlay creates the root disk overlay unless an earlier attempt did. Its ownership record
+// comes first, so the overlay never exists without one; an overlay of our name that is not
+// ours is never used.
+func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target, base *v1alpha1.BaseImage) error {
+	if _, err := e.lv.Volume(ctx, t.pool, t.overlay); err == nil {
+		return errors.Wrap(e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner), errOverlay)
+	} else if !libvirt.IsNotFound(err) {
+		return errors.Wrap(err, errOverlay)
+	}
+	capacity := uint64(base.Status.AtProvider.VirtualSizeBytes)
+	if g := cr.Spec.ForProvider.DiskSizeGiB; g != nil {
+		want := uint64(*g) << 30
+		if want < capacity {
+			return errors.Errorf(errDiskTooSmall, *g, capacity)
+		}
+		capacity = want
+	}
+	format := string(base.Spec.ForProvider.Format)
+	if format == "" {
+		format = string(v1alpha1.ImageFormatQCOW2)
+	}
+	// The backing file is looked up on the host by a base image volume name, never taken as a
+	// path from status: an overlay can only ever back onto a cached base image.
+	bv, bp := base.Status.AtProvider.VolumeName, base.Status.AtProvider.Pool
+	if bp == "" {
+		bp = t.pool
+	}
+	if !imagecache.IsVolumeName(bv) {
+		return errors.Errorf(errNotABase, base.GetName(), bv)
+	}
+	bvol, err := e.lv.Volume(ctx, bp, bv)
+	if err != nil {
+		return errors.Wrap(err, errOverlay)
+	}
+	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: t.overlay, Format: "qcow2", CapacityBytes: capacity,
+		BackingStorePath: bvol.Path, BackingStoreFormat: format})
+	if err != nil {
+		return errors.Wrap(err, errOverlay)
+	}
+	if err := e.records.Claim(ctx, e.lv, e.host, t.pool, t.overlay, t.owner); err != nil {
+		return errors.Wrap(err, errOverlay)
+	}
+	if _, err := e.lv.CreateVolume(ctx, t.pool, x); err != nil && !libvirt.IsExists(err) {
+		return errors.Wrap(err, errOverlay)
+	}
+	return nil
+}
+
+// diskToGrow returns how many bytes the overlay lacks of diskSizeGiB (0: none).
+func (e *external) diskToGrow(ctx context.Context, cr *v1alpha1.KVMDomain, t target) (uint64, error) {
+	g := cr.Spec.ForProvider.DiskSizeGiB
+	if g == nil {
+		return 0, nil
+	}
+	v, err := e.lv.Volume(ctx, t.pool, t.overlay)
+	if err != nil {
+		return 0, errors.Wrap(err, errLookup)
+	}
+	if want := uint64(*g) << 30; want > v.CapacityBytes {
+		return want - v.CapacityBytes, nil
+	}
+	return 0, nil
+}
+
+// growDisk grows the overlay to diskSizeGiB: through QEMU while the guest runs (it holds the
+// image open), else on the volume. The guest's partition and filesystem are its own to grow.
+func (e *external) growDisk(ctx context.Context, cr *v1alpha1.KVMDomain, t target, d libvirt.DomainInfo) error {
+	grow, err := e.diskToGrow(ctx, cr, t)
+	if err != nil || grow == 0 {
+		return err
+	}
+	if err := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner); err != nil {
+		return errors.Wrap(err, errResizeOverlay)
+	}
+	want := uint64(*cr.Spec.ForProvider.DiskSizeGiB) << 30
+	v, err := e.lv.Volume(ctx, t.pool, t.overlay)
+	if err != nil {
+		return errors.Wrap(err, errResizeOverlay)
+	}
+	if d.State == libvirt.StateRunning || d.State == libvirt.StatePaused {
+		err = e.lv.BlockResize(ctx, d.Name, v.Path, want)
+	} else {
+		err = e.lv.ResizeVolume(ctx, t.pool, t.overlay, want)
+	}
+	if err != nil {
+		return errors.Wrap(err, errResizeOverlay)
+	}
+	e.recorder.Event(cr, event.Normal(reasonDiskGrown, fmt.Sprintf(
+		"root disk grown to %d GiB: the guest must grow its partition and filesystem (cloud-init's growpart does so at boot)", *cr.Spec.ForProvider.DiskSizeGiB)))
+	return nil
+}
+
+func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalCreation, error) {
+	cr.SetConditions(xpv2.Creating())
+	in, err := e.inputs(ctx, cr)
+	if err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	x, err := e.spec(cr, in, "")
+	if err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	t := e.target(cr)
+	if _, _, err := e.observed(cr, t); err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	if err := e.overlay(ctx, cr, t, in.base); err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	// Observe found no domain of this name; if one appeared since, DefineDomain of a domain
+	// with another UUID fails and nothing of it is touched.
+	if err := e.lv.DefineDomain(ctx, x); err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	name := t.domain
+	if cr.Spec.ForProvider.Autostart {
+		if err := e.lv.SetAutostart(ctx, name, true); err != nil {
+			return managed.ExternalCreation{}, err
+		}
+	}
+	if cr.Spec.ForProvider.PowerState != v1alpha1.PowerStateStopped {
+		if err := e.lv.StartDomain(ctx, name); err != nil {
+			return managed.ExternalCreation{}, err
+		}
+	}
+	return managed.ExternalCreation{}, nil
+}
+
+func (e *external) Update(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalUpdate, error) {
+	t := e.target(cr)
+	name := t.domain
+	if _, _, err := e.observed(cr, t); err != nil {
+		return managed.ExternalUpdate{}, err
+	}
+	d, err := e.lv.Domain(ctx, name)
+	if err != nil {
+		return managed.ExternalUpdate{}, errors.Wrap(err, errLookup)
+	}
+	if err := checkOwner(d, cr); err != nil {
+		return managed.ExternalUpdate{}, err
+	}
+	want := cr.Spec.ForProvider
+	if err := e.growDisk(ctx, cr, t, d); err != nil {
+		return managed.ExternalUpdate{}, err
+	}
+
+	// vcpu and memory go into the persistent definition; a running guest sees them at its
+	// next boot, and status.atProvider.restartPending says so.
+	persistent, err := domainxml.SizeOf(d.InactiveXML)
+	if err != nil {
+		return managed.ExternalUpdate{}, err
+	}
+	if persistent != wantSize(cr) {
+		in, err := e.inputs(ctx, cr)
+		if err != nil {
+			return managed.ExternalUpdate{}, err
+		}
+		x, err := e.spec(cr, in, d.UUID)
+		if err != nil {
+			return managed.ExternalUpdate{}, err
+		}
+		if err := e.lv.DefineDomain(ctx, x); err != nil {
+			return managed.ExternalUpdate{}, err
+		}
+		if d.State == libvirt.StateRunning {
+			e.recorder.Event(cr, event.Normal(reasonRestartPending, "vcpu/memory changed: the new values apply at the guest's next restart"))
+		}
+	}
+	if d.Autostart != want.Autostart {
+		if err := e.lv.SetAutostart(ctx, name, want.Autostart); err != nil {
+			return managed.ExternalUpdate{}, err
+		}
+	}
+
+	switch {
+	case want.PowerState == v1alpha1.PowerStateStopped && d.State != libvirt.StateShutOff:
+		return managed.ExternalUpdate{}, e.powerOff(ctx, cr, name, d.State)
+	case want.PowerState != v1alpha1.PowerStateStopped && d.State == libvirt.StateShutOff:
+		e.shutdowns.done(cr.GetUID())
+		return managed.ExternalUpdate{}, e.lv.StartDomain(ctx, name)
+	}
+	return managed.ExternalUpdate{}, nil
+}

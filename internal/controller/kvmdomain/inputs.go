@@ -1,0 +1,121 @@
+package kvmdomain
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/domainxml"
+	"github.com/provider-kvm/provider-kvm/internal/names"
+)
+
+// seedPool is the pool of a SeedVolume's volume, chosen as its controller chooses it.
+func seedPool(sv *v1alpha1.SeedVolume, def string) string {
+	switch {
+	case sv.Spec.ForProvider.Pool != "":
+		return sv.Spec.ForProvider.Pool
+	case sv.Status.AtProvider.Pool != "":
+		return sv.Status.AtProvider.Pool
+	}
+	return def
+}
+
+// inputs are the BaseImage and SeedVolume a domain is built from.
+type inputs struct {
+	base *v1alpha1.BaseImage
+	seed *v1alpha1.SeedVolume
+}
+
+// waitForInputs is Observe's check, for a domain that does not exist yet, that its
+// BaseImage and SeedVolume are Ready. One that is not is named in status.atProvider.waitingFor
+// and returned as an error: the reconcile is then retried after a short backoff (not at the
+// next poll), no create is attempted, and a composition can tell this wait from a failure by
+// the field. It is done here, not in Create, because crossplane-runtime persists the status
+// that Observe leaves on an error, while after a failed Create it re-reads the object to record
+// its critical annotations and the status set by Create is lost. Other problems with the
+// inputs (a missing SeedVolume, say) are left to Create, which reports them as failures.
+func (e *external) waitForInputs(ctx context.Context, cr *v1alpha1.KVMDomain) error {
+	cr.Status.AtProvider.WaitingFor = ""
+	if observeOnly(cr) {
+		return nil
+	}
+	var nr notReady
+	if _, err := e.inputs(ctx, cr); errors.As(err, &nr) {
+		cr.Status.AtProvider.WaitingFor = nr.what
+		return nr
+	}
+	return nil
+}
+
+// notReady is the error of an input that exists but is not Ready yet.
+type notReady struct {
+	what string // kind and name, e.g. "SeedVolume web-seed"
+	err  error
+}
+
+func (n notReady) Error() string { return n.err.Error() }
+
+func (e *external) inputs(ctx context.Context, cr *v1alpha1.KVMDomain) (*inputs, error) {
+	p := cr.Spec.ForProvider
+	if p.BaseImageName == nil || *p.BaseImageName == "" {
+		return nil, errors.New(errNoBase)
+	}
+	in := &inputs{base: &v1alpha1.BaseImage{}}
+	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.BaseImageName}, in.base); err != nil {
+		return nil, errors.Wrapf(err, errGetBase, *p.BaseImageName)
+	}
+	if in.base.GetCondition(xpv2.TypeReady).Reason != xpv2.ReasonAvailable || in.base.Status.AtProvider.Path == "" {
+		return nil, notReady{what: "BaseImage " + *p.BaseImageName, err: errors.Errorf(errBaseNotReady, *p.BaseImageName)}
+	}
+	if p.SeedVolumeName != nil && *p.SeedVolumeName != "" {
+		in.seed = &v1alpha1.SeedVolume{}
+		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.SeedVolumeName}, in.seed); err != nil {
+			return nil, errors.Wrapf(err, errGetSeed, *p.SeedVolumeName)
+		}
+		if in.seed.GetCondition(xpv2.TypeReady).Reason != xpv2.ReasonAvailable || in.seed.Status.AtProvider.VolumeName == "" {
+			return nil, notReady{what: "SeedVolume " + *p.SeedVolumeName, err: errors.Errorf(errSeedNotReady, *p.SeedVolumeName)}
+		}
+	}
+	return in, nil
+}
+
+// spec builds the domain definition of cr.
+func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string, error) {
+	p := cr.Spec.ForProvider
+	s := domainxml.Spec{
+		Name:      e.target(cr).domain,
+		UUID:      uuid,
+		Type:      string(p.DomainType),
+		VCPU:      uint(p.VCPU),
+		MemoryMiB: uint(p.MemoryMiB),
+		CPUMode:   string(p.CPUMode),
+		Firmware:  string(p.Firmware),
+		RootDisk:  domainxml.Volume{Pool: e.pool(cr), Name: e.target(cr).overlay},
+		Network:   p.Network,
+		Bridge:    p.Bridge,
+		MAC:       mac(cr),
+		Owner: domainxml.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName(), ProviderConfig: e.source,
+			BaseVolume: in.base.Status.AtProvider.VolumeName},
+	}
+	s.ConsoleLog = "/var/log/libvirt/qemu/" + s.Name + "-console.log"
+	if s.Type == "" {
+		s.Type = string(e.defaults.DomainType)
+	}
+	if s.Firmware == "" {
+		s.Firmware = string(in.base.Spec.ForProvider.Firmware)
+	}
+	if s.Network == "" && s.Bridge == "" {
+		s.Network = e.defaults.Network
+	}
+	if in.seed != nil {
+		// The seed's volume name is derived from the SeedVolume, never read from its status.
+		s.Seed = &domainxml.Volume{Pool: seedPool(in.seed, e.defaults.Pool), Name: names.SeedVolume(in.seed.GetNamespace(), in.seed.GetName(), string(in.seed.GetUID()))}
+		s.Owner.SeedSHA256 = in.seed.Status.AtProvider.ISOSHA256
+	}
+	x, err := domainxml.Domain(s)
+	return x, errors.Wrap(err, errXML)
+}

@@ -1,0 +1,271 @@
+package kvmdomain
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/domainxml"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/ownership"
+	"github.com/provider-kvm/provider-kvm/internal/probe"
+)
+
+// observed is the name of the domain Observe looks at, and whether that is an import: the
+// derived name, or for an allowed import the external name.
+func (e *external) observed(cr *v1alpha1.KVMDomain, t target) (name string, importing bool, err error) {
+	n := meta.GetExternalName(cr)
+	if n == "" || n == t.domain {
+		return t.domain, false, nil
+	}
+	switch {
+	case !observeOnly(cr):
+		return "", false, errors.Errorf(errExternalName, n, t.domain, t.domain)
+	case !e.importsAllowed:
+		return "", false, errors.Errorf(errImportsOff, n, e.source)
+	}
+	return n, true, nil
+}
+
+// access is nil when this resource may observe (and, unless observe-only, change) d: d carries
+// this resource's ownership mark, or it carries none and this is an allowed observe-only
+// import. A domain marked as another resource's is never touched.
+func (e *external) access(d libvirt.DomainInfo, cr *v1alpha1.KVMDomain) (imported bool, err error) {
+	o, err := domainxml.OwnerOf(d.InactiveXML)
+	if err != nil {
+		return false, errors.Wrap(err, errLookup)
+	}
+	switch {
+	case o != nil && o.UID == string(cr.GetUID()):
+		return false, nil
+	case o != nil && observeOnly(cr):
+		return false, errors.Errorf(errImportForeign, d.Name, o.Namespace, o.Name, o.UID)
+	case o != nil:
+		return false, checkOwner(d, cr)
+	case observeOnly(cr) && e.importsAllowed:
+		return true, nil
+	case observeOnly(cr):
+		return false, errors.Errorf(errImportsOff, d.Name, e.source)
+	}
+	return false, checkOwner(d, cr)
+}
+
+func mac(cr *v1alpha1.KVMDomain) string {
+	if cr.Spec.ForProvider.MACAddress != "" {
+		return cr.Spec.ForProvider.MACAddress
+	}
+	return domainxml.MAC(string(cr.GetUID()))
+}
+
+// observeOnly is true when the resource may only be observed (an import).
+func observeOnly(cr *v1alpha1.KVMDomain) bool {
+	p := cr.GetManagementPolicies()
+	return len(p) == 1 && p[0] == xpv2.ManagementActionObserve
+}
+
+func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalObservation, error) {
+	t := e.target(cr)
+	deleting := meta.WasDeleted(cr)
+	name, _, err := e.observed(cr, t)
+	if deleting {
+		// Deleting acts on what this resource derived, whatever the annotation says.
+		name, err = t.domain, nil
+	}
+	if err != nil {
+		return managed.ExternalObservation{}, err
+	}
+	d, err := e.lv.Domain(ctx, name)
+	var imported bool
+	var accessErr error
+	if err == nil {
+		imported, accessErr = e.access(d, cr)
+	}
+	if libvirt.IsNotFound(err) || (accessErr != nil && deleting) {
+		// A create that failed after the overlay was made leaves only the overlay; a domain of
+		// our name that is not ours is never ours to delete. While deleting, report our
+		// overlay (or its record) if it exists, so that Delete removes it.
+		if deleting && !observeOnly(cr) {
+			verr := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner)
+			if verr != nil && !ownership.IsNotOwned(verr) {
+				return managed.ExternalObservation{}, errors.Wrap(verr, errLookup)
+			}
+			return managed.ExternalObservation{ResourceExists: verr == nil}, nil
+		}
+		if deleting {
+			return managed.ExternalObservation{ResourceExists: false}, nil
+		}
+		if err := e.waitForInputs(ctx, cr); err != nil {
+			return managed.ExternalObservation{}, err
+		}
+		return managed.ExternalObservation{ResourceExists: false}, nil
+	}
+	if err != nil {
+		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+	}
+	if accessErr != nil {
+		return managed.ExternalObservation{}, accessErr
+	}
+
+	at := &cr.Status.AtProvider
+	at.UUID, at.State = d.UUID, d.State
+	at.WaitingFor = ""
+	at.MACAddress = mac(cr)
+	at.OverlayVolume = t.overlay
+	if imported {
+		// An imported domain reports its own address and has no overlay of ours.
+		if at.MACAddress, err = domainxml.MACOf(d.XML); err != nil {
+			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+		}
+		at.OverlayVolume = ""
+	}
+	if deleting {
+		return managed.ExternalObservation{ResourceExists: true}, nil
+	}
+
+	persistent, err := domainxml.SizeOf(d.InactiveXML)
+	if err != nil {
+		return managed.ExternalObservation{}, err
+	}
+	var grow uint64
+	if !imported {
+		if grow, err = e.diskToGrow(ctx, cr, t); err != nil {
+			return managed.ExternalObservation{}, err
+		}
+	}
+	upToDate := upToDate(cr.Spec.ForProvider, d, persistent, grow)
+	running := d.State == libvirt.StateRunning
+	live, err := domainxml.SizeOf(d.XML)
+	if err != nil {
+		return managed.ExternalObservation{}, err
+	}
+	at.RestartPending = running && live != persistent
+
+	e.inputsChanged(ctx, cr, d)
+
+	if !running {
+		at.IPv4, at.IPSource, at.GuestAgentConnected, at.Probe = "", "", false, ""
+		cr.SetConditions(xpv2.Unavailable().WithMessage("domain is " + d.State))
+		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
+	}
+	e.observeGuest(ctx, cr, name)
+	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
+		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
+	}}, nil
+}
+
+// observeGuest finds the guest's address and runs the readiness probe. It never waits: what
+// is not there yet is reported, and the next poll looks again.
+func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string) {
+	at := &cr.Status.AtProvider
+	at.IPv4, at.IPSource = "", ""
+	for _, src := range []string{libvirt.SourceLease, libvirt.SourceAgent, libvirt.SourceARP} {
+		ip, err := e.lv.DomainIPv4(ctx, name, at.MACAddress, src)
+		if src == libvirt.SourceAgent {
+			at.GuestAgentConnected = err == nil
+		}
+		if err == nil && ip != "" {
+			at.IPv4, at.IPSource = ip, src
+			break
+		}
+	}
+	if at.IPv4 == "" {
+		cr.SetConditions(xpv2.Unavailable().WithMessage("running; waiting for the guest's IPv4 address"))
+		return
+	}
+	p := cr.Spec.ForProvider.ReadinessProbe
+	if p == nil {
+		at.Probe = ""
+		cr.SetConditions(xpv2.Available())
+		return
+	}
+	timeout := time.Duration(p.TimeoutSeconds) * time.Second
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	var err error
+	switch {
+	case p.TCP != nil:
+		err = probe.TCP(ctx, e.dial, probe.Addr(at.IPv4, p.TCP.Port), timeout)
+	case p.HTTPProxy != nil:
+		err = probe.HTTPProxy(ctx, e.dial, probe.Addr(at.IPv4, p.HTTPProxy.Port), p.HTTPProxy.URL, int(p.HTTPProxy.ExpectedStatus), timeout)
+	}
+	if err != nil {
+		at.Probe = "failing: " + err.Error()
+		cr.SetConditions(xpv2.Unavailable().WithMessage("readiness probe " + at.Probe))
+		return
+	}
+	at.Probe = "passing"
+	cr.SetConditions(xpv2.Available())
+}
+
+// inputsChanged reports, in status and once as an event, a BaseImage or SeedVolume that
+// changed since the domain was defined. Nothing is changed on the host: replacing a root disk
+// or a seed under a guest is the user's decision.
+func (e *external) inputsChanged(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt.DomainInfo) {
+	o, err := domainxml.OwnerOf(d.InactiveXML)
+	if err != nil || o == nil {
+		return
+	}
+	var changed []string
+	p := cr.Spec.ForProvider
+	if p.BaseImageName != nil && o.BaseVolume != "" {
+		base := &v1alpha1.BaseImage{}
+		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.BaseImageName}, base); err == nil &&
+			base.Status.AtProvider.VolumeName != "" && base.Status.AtProvider.VolumeName != o.BaseVolume {
+			changed = append(changed, fmt.Sprintf("BaseImage %s now publishes %s; this domain's overlay stays on %s until the KVMDomain is recreated",
+				*p.BaseImageName, base.Status.AtProvider.VolumeName, o.BaseVolume))
+		}
+	}
+	if p.SeedVolumeName != nil && o.SeedSHA256 != "" {
+		seed := &v1alpha1.SeedVolume{}
+		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.SeedVolumeName}, seed); err == nil &&
+			seed.Status.AtProvider.ISOSHA256 != "" && seed.Status.AtProvider.ISOSHA256 != o.SeedSHA256 {
+			changed = append(changed, fmt.Sprintf("SeedVolume %s has new content since the domain was defined; the guest reads it at its next boot (cloud-init re-runs per-instance modules only for a new instance-id)",
+				*p.SeedVolumeName))
+		}
+	}
+	if len(changed) > 0 && len(cr.Status.AtProvider.InputsChanged) != len(changed) {
+		for _, c := range changed {
+			e.recorder.Event(cr, event.Normal(reasonInputsChanged, c))
+		}
+	}
+	cr.Status.AtProvider.InputsChanged = changed
+}
+
+func checkOwner(d libvirt.DomainInfo, cr *v1alpha1.KVMDomain) error {
+	o, err := domainxml.OwnerOf(d.InactiveXML)
+	if err != nil {
+		return errors.Wrap(err, errLookup)
+	}
+	if o == nil {
+		return errors.Errorf(errNotOurs, d.Name, "it carries no provider-kvm ownership mark")
+	}
+	if o.UID != string(cr.GetUID()) {
+		return errors.Errorf(errNotOurs, d.Name, fmt.Sprintf("it belongs to %s/%s, UID %s", o.Namespace, o.Name, o.UID))
+	}
+	return nil
+}
+
+// upToDate is true when the domain as found matches what the spec asks for: autostart, power
+// state, the persistent vcpu/memory, and a root disk that needs no growing (grow bytes).
+func upToDate(want v1alpha1.KVMDomainParameters, d libvirt.DomainInfo, persistent domainxml.Size, grow uint64) bool {
+	power := d.State == libvirt.StateRunning
+	if want.PowerState == v1alpha1.PowerStateStopped {
+		power = d.State == libvirt.StateShutOff
+	}
+	return d.Autostart == want.Autostart && power && grow == 0 &&
+		persistent == (domainxml.Size{VCPU: uint(want.VCPU), MemoryMiB: uint(want.MemoryMiB)})
+}
+
+func wantSize(cr *v1alpha1.KVMDomain) domainxml.Size {
+	return domainxml.Size{VCPU: uint(cr.Spec.ForProvider.VCPU), MemoryMiB: uint(cr.Spec.ForProvider.MemoryMiB)}
+}
