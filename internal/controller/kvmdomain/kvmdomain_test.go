@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"libvirt.org/go/libvirtxml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
@@ -455,6 +456,158 @@ func TestUpToDate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := upToDate(tc.want, tc.d, tc.size, tc.grow); got != tc.up {
 				t.Errorf("upToDate() = %v, want %v", got, tc.up)
+			}
+		})
+	}
+}
+
+func TestUpdate(t *testing.T) {
+	readyInputs := func() []client.Object {
+		b := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "base"}}
+		b.SetConditions(xpv2.Available())
+		b.Status.AtProvider.Path, b.Status.AtProvider.VolumeName = "/pool/default/pkvm-base-x.qcow2", "pkvm-base-0123456789abcdef01234567.qcow2"
+		return []client.Object{b}
+	}
+	stopped := func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.PowerState = v1alpha1.PowerStateStopped }
+	running := func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.PowerState = v1alpha1.PowerStateRunning }
+	cases := map[string]struct {
+		reason    string
+		cr        *v1alpha1.KVMDomain
+		state     string
+		asked     time.Duration // a shutdown was asked this long ago (0: never)
+		objs      []client.Object
+		wantCalls []string
+		wantErr   string
+	}{
+		"StartWhenStopped": {
+			reason: "powerState Running starts a shut-off domain",
+			cr:     kvm(running), state: libvirt.StateShutOff, wantCalls: []string{"StartDomain " + ourDomain},
+		},
+		"ShutdownWhenRunning": {
+			reason: "powerState Stopped asks a running guest to shut down",
+			cr:     kvm(stopped), state: libvirt.StateRunning, wantCalls: []string{"ShutdownDomain " + ourDomain},
+		},
+		"ForceOffAfterGrace": {
+			reason: "a guest that ignored the request past the grace period is powered off",
+			cr:     kvm(stopped), state: libvirt.StateRunning, asked: shutdownGrace + time.Second, wantCalls: []string{"DestroyDomain " + ourDomain},
+		},
+		"PausedIsDestroyed": {
+			reason: "a paused guest cannot shut down: it is powered off",
+			cr:     kvm(stopped), state: libvirt.StatePaused, wantCalls: []string{"DestroyDomain " + ourDomain},
+		},
+		"AutostartChanged": {
+			reason: "autostart follows the spec",
+			cr:     kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.Autostart = true }), state: libvirt.StateShutOff,
+			wantCalls: []string{"SetAutostart " + ourDomain},
+		},
+		"SizeChanged": {
+			reason: "new vcpu/memory redefine the domain (the guest sees them at its next boot)",
+			cr:     kvm(running, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.MemoryMiB = 1024 }), state: libvirt.StateRunning,
+			objs: readyInputs(), wantCalls: []string{"DefineDomain"},
+		},
+		"SizeChangedInputGone": {
+			reason: "a redefinition needs the inputs",
+			cr:     kvm(running, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.MemoryMiB = 1024 }), state: libvirt.StateRunning,
+			wantErr: "cannot get BaseImage base",
+		},
+		"NotOurs": {
+			reason: "a domain of our name that is not ours is never changed",
+			cr:     kvm(stopped), state: "foreign", wantErr: "is not owned by this KVMDomain",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newFakeHost()
+			if tc.state == "foreign" {
+				withDomain(ourDomain, victimUID, libvirt.StateRunning)(t, h)
+			} else {
+				withDomain(ourDomain, uid, tc.state)(t, h)
+			}
+			withOverlay(true)(t, h)
+			s := runtime.NewScheme()
+			_ = v1alpha1.SchemeBuilder.AddToScheme(s)
+			e := newExt(h, false)
+			e.kube = fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...).Build()
+			if tc.asked > 0 {
+				e.shutdowns.m[types.UID(uid)] = time.Now().Add(-tc.asked)
+			}
+			h.calls = nil
+			_, err := e.Update(context.Background(), tc.cr)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+				if tc.wantErr != "" && strings.Contains(gotErr, tc.wantErr) {
+					gotErr = tc.wantErr
+				}
+			}
+			var calls []string
+			for _, c := range h.calls {
+				if !strings.HasPrefix(c, "Domain ") {
+					calls = append(calls, c)
+				}
+			}
+			if diff := cmp.Diff(tc.wantErr, gotErr); diff != "" {
+				t.Errorf("%s\nUpdate() error: -want, +got:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.wantCalls, calls); diff != "" {
+				t.Errorf("%s\nUpdate() calls: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestObserveGuest(t *testing.T) {
+	cases := map[string]struct {
+		reason  string
+		ip      func(name, mac, source string) (string, error)
+		want    string // Ready condition message ("" for Available)
+		wantIP  string
+		wantSrc string
+	}{
+		"Lease": {
+			reason: "a DHCP lease gives the address: Available without a probe",
+			ip: func(_, _, src string) (string, error) {
+				if src == libvirt.SourceLease {
+					return "192.168.122.9", nil
+				}
+				return "", errNoDomain
+			},
+			wantIP: "192.168.122.9", wantSrc: libvirt.SourceLease,
+		},
+		"AgentAfterLease": {
+			reason: "without a lease the guest agent is asked",
+			ip: func(_, _, src string) (string, error) {
+				if src == libvirt.SourceAgent {
+					return "10.0.0.9", nil
+				}
+				return "", nil
+			},
+			wantIP: "10.0.0.9", wantSrc: libvirt.SourceAgent,
+		},
+		"NoAddressYet": {
+			reason: "no address: running, waiting",
+			ip:     func(string, string, string) (string, error) { return "", nil },
+			want:   "running; waiting for the guest's IPv4 address",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newFakeHost()
+			withDomain(ourDomain, uid, libvirt.StateRunning)(t, h)
+			h.ip = tc.ip
+			cr := kvm(func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.PowerState = v1alpha1.PowerStateRunning })
+			o, err := newExt(h, false).Observe(context.Background(), cr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := cr.GetCondition(xpv2.TypeReady)
+			msg := c.Message
+			if c.Reason == xpv2.ReasonAvailable {
+				msg = ""
+			}
+			got := []string{msg, cr.Status.AtProvider.IPv4, cr.Status.AtProvider.IPSource, string(o.ConnectionDetails[ConnectionIPv4])}
+			if diff := cmp.Diff([]string{tc.want, tc.wantIP, tc.wantSrc, tc.wantIP}, got); diff != "" {
+				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}
