@@ -50,7 +50,7 @@ func TestExamplesApply(t *testing.T) {
 			if ns := u.GetNamespace(); ns != "" {
 				ensureNamespace(t, ns)
 			}
-			if err := kube.Create(ctx, u); err != nil && !(kerrors.IsAlreadyExists(err) && u.GetKind() == "Namespace") {
+			if err := kube.Create(ctx, u); err != nil && (!kerrors.IsAlreadyExists(err) || u.GetKind() != "Namespace") {
 				t.Errorf("%s: create %s %s: %v", filepath.Base(f), u.GetKind(), u.GetName(), err)
 				continue
 			}

@@ -79,7 +79,7 @@ func fmtSprintf(format string, args ...any) string {
 
 func (tb *testbed) read(t testing.TB, path string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(path) //nolint:gosec // test bed file
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("reading test bed file: %v", err)
 	}
@@ -108,7 +108,7 @@ func (tb *testbed) hostKey(t testing.TB) ssh.PublicKey {
 
 func (tb *testbed) run(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(tb.ctl, args...).CombinedOutput() //nolint:gosec // test bed helper
+	out, err := exec.Command(tb.ctl, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %v: %v\n%s", tb.ctl, args, err, out)
 	}
@@ -377,7 +377,7 @@ func TestIntegrationDialFromHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close() //nolint:errcheck // test
+	defer ln.Close()
 	go func() {
 		for {
 			conn, err := ln.Accept()

@@ -56,7 +56,7 @@ func TestKnownHostsCheck(t *testing.T) {
 	server := newEd25519(t)
 	other := newEd25519(t)
 	ec := newECDSA(t)
-	fp := func(k ssh.PublicKey) string { return keyString(k) }
+	fp := keyString
 
 	type want struct {
 		reason   HostKeyReason // "" means accepted

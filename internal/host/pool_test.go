@@ -63,7 +63,7 @@ func testKey(t *testing.T) []byte {
 func TestPoolHungHostDoesNotBlockOthers(t *testing.T) {
 	h, port := silentServer(t)
 	p := NewPool(WithDialTimeout(5 * time.Second))
-	defer p.Close() //nolint:errcheck // test
+	defer p.Close()
 	hung := Config{Host: h, Port: port, PrivateKey: testKey(t), InsecureSkipHostKeyVerification: true}
 
 	var wg sync.WaitGroup

@@ -143,7 +143,7 @@ func (r *reorderConn) split() {
 			r.in = r.in[:0]
 			return
 		}
-		if uint32(len(r.in)) < n { //nolint:gosec // len is small
+		if uint32(len(r.in)) < n {
 			return
 		}
 		pkt := r.in[:n]

@@ -283,7 +283,8 @@ func (e *external) Create(_ context.Context, cr *v1alpha1.BaseImage) (managed.Ex
 	pool, src, own := e.pool(cr), source(cr), owner(cr)
 	// The external name follows the volume of the current source.
 	meta.SetExternalName(cr, imagecache.VolumeName(src))
-	e.jobs.start(cr.GetUID(), src, e.policy, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) {
+	// The publish job outlives this reconcile, so it runs on a context of its own (jobs.start).
+	e.jobs.start(cr.GetUID(), src, e.policy, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) { //nolint:contextcheck // see above
 		return e.cache.Publish(ctx, pool, src, own, progress)
 	})
 	cr.SetConditions(xpv2.Creating())

@@ -27,11 +27,12 @@ const (
 	errResolve    = "cannot read the ProviderConfig"
 	errConnect    = "cannot connect to the libvirt host of %s"
 
-	// ReasonInsecureConnection is the reason of the warning event raised for every SSH
-	// connection opened without host key verification.
-	ReasonInsecureConnection event.Reason = "InsecureHostKey"
-	msgInsecure                           = "opened an SSH connection to %s without verifying its host key (insecureSkipHostKeyVerification on %s): anyone who can intercept the connection can impersonate the host; pin the key with knownHosts"
+	msgInsecure = "opened an SSH connection to %s without verifying its host key (insecureSkipHostKeyVerification on %s): anyone who can intercept the connection can impersonate the host; pin the key with knownHosts"
 )
+
+// ReasonInsecureConnection is the reason of the warning event raised for every SSH connection
+// opened without host key verification.
+const ReasonInsecureConnection event.Reason = "InsecureHostKey"
 
 // A Pool hands out connections to hosts; *host.Pool is one.
 type Pool interface {

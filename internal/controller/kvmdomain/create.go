@@ -118,7 +118,7 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 		return managed.ExternalCreation{}, err
 	}
 	t := e.target(cr)
-	if _, _, err := e.observed(cr, t); err != nil {
+	if _, err := e.observed(cr, t); err != nil {
 		return managed.ExternalCreation{}, err
 	}
 	if err := e.overlay(ctx, cr, t, in.base); err != nil {
@@ -146,7 +146,7 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 func (e *external) Update(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalUpdate, error) {
 	t := e.target(cr)
 	name := t.domain
-	if _, _, err := e.observed(cr, t); err != nil {
+	if _, err := e.observed(cr, t); err != nil {
 		return managed.ExternalUpdate{}, err
 	}
 	d, err := e.lv.Domain(ctx, name)

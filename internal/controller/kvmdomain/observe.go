@@ -20,20 +20,20 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/probe"
 )
 
-// observed is the name of the domain Observe looks at, and whether that is an import: the
-// derived name, or for an allowed import the external name.
-func (e *external) observed(cr *v1alpha1.KVMDomain, t target) (name string, importing bool, err error) {
+// observed is the name of the domain Observe looks at: the derived name, or for an allowed
+// import the external name.
+func (e *external) observed(cr *v1alpha1.KVMDomain, t target) (string, error) {
 	n := meta.GetExternalName(cr)
 	if n == "" || n == t.domain {
-		return t.domain, false, nil
+		return t.domain, nil
 	}
 	switch {
 	case !observeOnly(cr):
-		return "", false, errors.Errorf(errExternalName, n, t.domain, t.domain)
+		return "", errors.Errorf(errExternalName, n, t.domain, t.domain)
 	case !e.importsAllowed:
-		return "", false, errors.Errorf(errImportsOff, n, e.source)
+		return "", errors.Errorf(errImportsOff, n, e.source)
 	}
-	return n, true, nil
+	return n, nil
 }
 
 // access is nil when this resource may observe (and, unless observe-only, change) d: d carries
@@ -75,7 +75,7 @@ func observeOnly(cr *v1alpha1.KVMDomain) bool {
 func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalObservation, error) {
 	t := e.target(cr)
 	deleting := meta.WasDeleted(cr)
-	name, _, err := e.observed(cr, t)
+	name, err := e.observed(cr, t)
 	if deleting {
 		// Deleting acts on what this resource derived, whatever the annotation says.
 		name, err = t.domain, nil

@@ -50,11 +50,11 @@ func (e *external) powerOff(ctx context.Context, cr *v1alpha1.KVMDomain, name, s
 		e.recorder.Event(cr, event.Warning(reasonForcedOff, errors.Errorf("the guest did not shut down within %s: powered off", shutdownGrace)))
 		return e.lv.DestroyDomain(ctx, name)
 	}
-	if state == libvirt.StateRunning {
-		if err := e.lv.ShutdownDomain(ctx, name); err != nil {
-			return err
-		}
-	} else if state == libvirt.StatePaused || state == libvirt.StateCrashed || state == libvirt.StateSuspended {
+	switch state {
+	case libvirt.StateRunning:
+		return e.lv.ShutdownDomain(ctx, name)
+	case libvirt.StatePaused, libvirt.StateCrashed, libvirt.StateSuspended:
+		// Such a guest cannot act on a shutdown request.
 		return e.lv.DestroyDomain(ctx, name)
 	}
 	return nil

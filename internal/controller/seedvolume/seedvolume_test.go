@@ -1,6 +1,7 @@
 package seedvolume
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -117,7 +118,7 @@ func observeOf(t *testing.T, s *fakestorage.Storage, want, victimBefore []byte, 
 	}
 	if b, ok := s.Get(pool, volName); ok {
 		a.Seed = "other"
-		if string(b) == string(want) {
+		if bytes.Equal(b, want) {
 			a.Seed = "want"
 		}
 	}
@@ -130,7 +131,7 @@ func observeOf(t *testing.T, s *fakestorage.Storage, want, victimBefore []byte, 
 	}
 	if b, ok := s.Get(pool, victim); ok {
 		a.VictimSeed = "changed"
-		if string(b) == string(victimBefore) {
+		if bytes.Equal(b, victimBefore) {
 			a.VictimSeed = "untouched"
 		}
 	}

@@ -136,7 +136,7 @@ func (s *Storage) CreateVolume(_ context.Context, pool, x string) (libvirt.Volum
 
 // Upload replaces a volume's content.
 func (s *Storage) Upload(_ context.Context, pool, name string, r io.Reader, length uint64) error {
-	b, err := io.ReadAll(io.LimitReader(r, int64(length))) //nolint:gosec // test sizes
+	b, err := io.ReadAll(io.LimitReader(r, int64(length)))
 	if err != nil {
 		return err
 	}
