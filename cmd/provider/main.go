@@ -104,9 +104,9 @@ func main() {
 
 	kingpin.FatalIfError(customresourcesgate.Setup(mgr, o), "Cannot set up the CRD gate controller")
 	// One SSH connection per host, shared by every managed resource on it.
-	pool := host.NewPool(host.WithLogger(log.WithValues("component", "host-pool")))
-	defer pool.Close() //nolint:errcheck // Best effort at exit.
+	conns := host.NewConnections(host.WithLogger(log.WithValues("component", "host-connections")))
+	defer conns.Close() //nolint:errcheck // Best effort at exit.
 
-	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, pool), "Cannot set up provider-kvm controllers")
+	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns), "Cannot set up provider-kvm controllers")
 	kingpin.FatalIfError(mgr.Start(ctrl.SetupSignalHandler()), "Cannot start controller manager")
 }

@@ -16,15 +16,15 @@ import (
 // SetupGated adds all controllers to mgr. Controllers of managed resources register with
 // o.Gate and start only once their CRDs are installed and established (safe-start). They
 // share pool: one SSH connection per host.
-func SetupGated(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
+func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections) error {
 	if err := config.Setup(mgr, o); err != nil {
 		return err
 	}
-	if err := baseimage.Setup(mgr, o, pool); err != nil {
+	if err := baseimage.Setup(mgr, o, conns); err != nil {
 		return err
 	}
-	if err := seedvolume.Setup(mgr, o, pool); err != nil {
+	if err := seedvolume.Setup(mgr, o, conns); err != nil {
 		return err
 	}
-	return kvmdomain.Setup(mgr, o, pool)
+	return kvmdomain.Setup(mgr, o, conns)
 }

@@ -126,10 +126,10 @@ func (c Config) Address() string {
 	return c.User + "@" + net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
 }
 
-// poolKey is a SHA-256 over every field that identifies a connection, so
-// that the pool's map keys hold no secret in plain text. A changed key,
+// connKey is a SHA-256 over every field that identifies a connection, so
+// that the map keys of Connections hold no secret in plain text. A changed key,
 // passphrase or known_hosts gives a different connection.
-func (c Config) poolKey() string {
+func (c Config) connKey() string {
 	c = c.WithDefaults()
 	h := sha256.New()
 	field := func(b []byte) {

@@ -76,18 +76,18 @@ func TestPoolKey(t *testing.T) {
 		"OtherURI":           {c: mod(func(c *Config) { c.URI = "test:///default" })},
 		"FieldBoundaryShift": {c: mod(func(c *Config) { c.Host = "h2"; c.User = "oot" })},
 	}
-	k0 := base.poolKey()
+	k0 := base.connKey()
 	if len(k0) != 64 {
-		t.Fatalf("poolKey length %d, want 64 hex chars", len(k0))
+		t.Fatalf("connKey length %d, want 64 hex chars", len(k0))
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			k := tc.c.poolKey()
+			k := tc.c.connKey()
 			if diff := cmp.Diff(tc.same, k == k0); diff != "" {
-				t.Errorf("poolKey equal: -want, +got:\n%s", diff)
+				t.Errorf("connKey equal: -want, +got:\n%s", diff)
 			}
 			if cmp.Equal(k, string(base.PrivateKey)) {
-				t.Error("poolKey holds the secret")
+				t.Error("connKey holds the secret")
 			}
 		})
 	}

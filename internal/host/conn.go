@@ -18,7 +18,7 @@ const (
 // Conn is a handle on a pooled connection. It is cheap, safe for concurrent
 // use, and stays valid after drops and idle closes: the next call reopens.
 type Conn struct {
-	pool *Pool
+	conns *Connections
 	key  string
 	cfg  Config
 }
@@ -29,11 +29,11 @@ func (c *Conn) Address() string { return c.cfg.Address() }
 // acquire returns a healthy session and a func to release it.
 func (c *Conn) acquire(ctx context.Context) (*session, func(), error) {
 	for {
-		e, err := c.pool.entry(c.key, c.cfg)
+		e, err := c.conns.entry(c.key, c.cfg)
 		if err != nil {
 			return nil, nil, errors.Wrapf(err, errConnect, c.cfg.Address())
 		}
-		s, err := e.acquire(ctx, c.pool)
+		s, err := e.acquire(ctx, c.conns)
 		if errors.Is(err, errEvicted) {
 			continue
 		}

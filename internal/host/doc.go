@@ -1,6 +1,6 @@
 // Package host connects to libvirt hosts.
 //
-// A Pool keeps one connection per distinct host configuration (host, port,
+// A Connections keeps one connection per distinct host configuration (host, port,
 // user, private key, known_hosts, transport, socket and URI). Over SSH the
 // libvirt RPC protocol (github.com/digitalocean/go-libvirt) is carried in an
 // SSH direct-streamlocal channel to the host's libvirt unix socket; host keys

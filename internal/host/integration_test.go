@@ -164,8 +164,8 @@ func mustVersion(t testing.TB, ctx context.Context, c *Conn) {
 	}
 }
 
-func newPool(t testing.TB, opts ...Option) *Pool {
-	p := NewPool(append([]Option{WithDialTimeout(10 * time.Second), WithKeepAlive(2 * time.Second)}, opts...)...)
+func newPool(t testing.TB, opts ...Option) *Connections {
+	p := NewConnections(append([]Option{WithDialTimeout(10 * time.Second), WithKeepAlive(2 * time.Second)}, opts...)...)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
@@ -531,7 +531,7 @@ func BenchmarkOpen(b *testing.B) {
 	cfg := tb.config(b, "TESTBED_SSH_KEY")
 	ctx := context.Background()
 	for b.Loop() {
-		p := NewPool()
+		p := NewConnections()
 		c, err := p.Get(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)

@@ -114,12 +114,12 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 	tb := testbed.Require(t)
 	env := testenv.Start(t)
 	env.HostConfig(t, tb, "default")
-	pool := host.NewPool()
-	t.Cleanup(func() { _ = pool.Close() })
+	conns := host.NewConnections()
+	t.Cleanup(func() { _ = conns.Close() })
 	env.Run(t, 2*time.Second, config.Setup,
-		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, pool) },
-		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, pool) },
-		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, pool) },
+		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns) },
+		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns) },
+		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns) },
 	)
 	ctx := context.Background()
 	kube := env.Client

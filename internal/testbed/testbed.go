@@ -110,7 +110,7 @@ func (e *Env) HostConfig(t testing.TB) host.Config {
 // Connect opens a connection to the test bed in a pool of its own, closed when the test ends.
 func (e *Env) Connect(t testing.TB, opts ...host.Option) *host.Conn {
 	t.Helper()
-	p := host.NewPool(opts...)
+	p := host.NewConnections(opts...)
 	t.Cleanup(func() { _ = p.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

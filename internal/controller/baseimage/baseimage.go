@@ -32,7 +32,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
-	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 )
 
@@ -60,7 +59,7 @@ const (
 )
 
 // Setup adds the BaseImage controller; it starts once the BaseImage CRD is established.
-func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
+func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) error {
 	js := newJobs()
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.BaseImage]{
 		GroupKind: v1alpha1.BaseImageGroupKind,
@@ -73,7 +72,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.BaseImage] {
 			return &connector{
 				jobs: js, recorder: rec,
-				conn: connection.NewConnector(mgr.GetClient(), pool, rec),
+				conn: connection.NewConnector(mgr.GetClient(), conns, rec),
 			}
 		},
 	})
@@ -108,7 +107,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	dl.Resolver = c.resolver
 	return &external{
 		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, policy: key, now: time.Now,
-		cache: imagecache.New(libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)), dl),
+		cache: imagecache.New(s.Libvirt(), dl),
 	}, nil
 }
 

@@ -64,9 +64,9 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	tb := testbed.Require(t)
 	env := testenv.Start(t)
 	env.HostConfig(t, tb, "default")
-	pool := host.NewPool()
-	t.Cleanup(func() { _ = pool.Close() })
-	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, pool) })
+	conns := host.NewConnections()
+	t.Cleanup(func() { _ = conns.Close() })
+	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns) })
 
 	dir := t.TempDir()
 	imgA, shaA := qcow2(t, dir, "a.qcow2", 64)
@@ -148,6 +148,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		if err := kube.Create(ctx, bi); err != nil {
 			t.Fatal(err)
 		}
+		start := time.Now()
 		testenv.Eventually(t, 2*time.Minute, "refusal reported", func() error {
 			if err := get(bi); err != nil {
 				return err
@@ -159,6 +160,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 			}
 			return nil
 		})
+		t.Logf("refusal reported in %v", time.Since(start).Round(time.Second))
 		vols, err := lv.Volumes(ctx, tb.Pool)
 		if err != nil {
 			t.Fatal(err)
@@ -170,8 +172,11 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		}
 		// Allowing the server in the config lets the same BaseImage publish: the refusal
 		// was the old policy's verdict.
+		start = time.Now()
 		env.AllowImageServer(t, "default", other.URL)
 		testenv.Eventually(t, 2*time.Minute, "BaseImage published once allowed", readyWith(bi, shaA))
+		t.Logf("published %v after the config allowed the server", time.Since(start).Round(time.Second))
+		start = time.Now()
 		if err := kube.Delete(ctx, bi); err != nil {
 			t.Fatal(err)
 		}
@@ -181,6 +186,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 			}
 			return nil
 		})
+		t.Logf("deleted in %v", time.Since(start).Round(time.Second))
 	})
 
 	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "images", Name: "debian"},

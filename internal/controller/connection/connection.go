@@ -20,6 +20,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/hostconfig"
+	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
 
 const (
@@ -34,8 +35,8 @@ const (
 // opened without host key verification.
 const ReasonInsecureConnection event.Reason = "InsecureHostKey"
 
-// A Pool hands out connections to hosts; *host.Pool is one.
-type Pool interface {
+// Connections hands out connections to hosts; *host.Connections is one.
+type Connections interface {
 	Get(ctx context.Context, c host.Config) (*host.Conn, error)
 }
 
@@ -43,7 +44,7 @@ type Pool interface {
 type Connector struct {
 	Kube     client.Reader
 	Usage    resource.ModernTracker
-	Pool     Pool
+	Conns    Connections
 	Recorder event.Recorder
 }
 
@@ -83,7 +84,7 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 			c.Recorder.Event(mg, event.Warning(ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address, r.Source)))
 		}
 	}
-	if s.conn, err = c.Pool.Get(host.ContextWithOnOpen(ctx, s.onOpen), r.Host); err != nil {
+	if s.conn, err = c.Conns.Get(host.ContextWithOnOpen(ctx, s.onOpen), r.Host); err != nil {
 		return nil, errors.Wrapf(err, errConnect, r.Source)
 	}
 	return s, nil
@@ -100,6 +101,13 @@ func (s *Session) DialContext(ctx context.Context, network, addr string) (net.Co
 	return s.conn.DialContext(host.ContextWithOnOpen(ctx, s.onOpen), network, addr)
 }
 
+// Libvirt returns the typed libvirt client of the session's host: the one way every external
+// client reaches libvirt (connections of its own, for downloads, use the config's socket and
+// URI).
+func (s *Session) Libvirt() *lv.Client {
+	return lv.New(s, lv.WithSocket(s.Socket), lv.WithURI(s.URI))
+}
+
 // Conn returns the underlying pooled connection.
 func (s *Session) Conn() *host.Conn { return s.conn }
 
@@ -107,10 +115,10 @@ func (s *Session) Conn() *host.Conn { return s.conn }
 func (s *Session) Address() string { return s.conn.Address() }
 
 // NewConnector returns the Connector a managed resource controller uses: usage is tracked
-// with ProviderConfigUsages, connections come from pool, warnings go to rec.
-func NewConnector(kube client.Client, pool Pool, rec event.Recorder) *Connector {
+// with ProviderConfigUsages, connections come from conns, warnings go to rec.
+func NewConnector(kube client.Client, conns Connections, rec event.Recorder) *Connector {
 	return &Connector{
 		Kube: kube, Usage: resource.NewProviderConfigUsageTracker(kube, &v1alpha1.ProviderConfigUsage{}),
-		Pool: pool, Recorder: rec,
+		Conns: conns, Recorder: rec,
 	}
 }

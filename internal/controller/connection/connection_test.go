@@ -82,7 +82,7 @@ func TestConnectTracksUsageFirst(t *testing.T) {
 			tracked++
 			return kerrors.NewForbidden(schema.GroupResource{}, "x", nil)
 		}),
-		Pool: host.NewPool(),
+		Conns: host.NewConnections(),
 	}
 	_, err := c.Connect(context.Background(), managed())
 	if err == nil || !strings.Contains(err.Error(), errTrackUsage) || tracked != 1 {
@@ -119,9 +119,9 @@ func TestConnectRealHost(t *testing.T) {
 
 	t.Run("PinnedHostKey", func(t *testing.T) {
 		rec := &recorder{}
-		pool := host.NewPool()
-		defer pool.Close()
-		c := &Connector{Kube: &test.MockClient{MockGet: store(cpc, sec)}, Usage: noTrack, Pool: pool, Recorder: rec}
+		conns := host.NewConnections()
+		defer conns.Close()
+		c := &Connector{Kube: &test.MockClient{MockGet: store(cpc, sec)}, Usage: noTrack, Conns: conns, Recorder: rec}
 		s, err := c.Connect(context.Background(), managed())
 		if err != nil {
 			t.Fatalf("Connect(): %v", err)
@@ -141,9 +141,9 @@ func TestConnectRealHost(t *testing.T) {
 		insecure := cpc.DeepCopy()
 		insecure.Spec.KnownHosts, insecure.Spec.InsecureSkipHostKeyVerification = nil, true
 		rec := &recorder{}
-		pool := host.NewPool()
-		defer pool.Close()
-		c := &Connector{Kube: &test.MockClient{MockGet: store(insecure, sec)}, Usage: noTrack, Pool: pool, Recorder: rec}
+		conns := host.NewConnections()
+		defer conns.Close()
+		c := &Connector{Kube: &test.MockClient{MockGet: store(insecure, sec)}, Usage: noTrack, Conns: conns, Recorder: rec}
 		s, err := c.Connect(context.Background(), managed())
 		if err != nil {
 			t.Fatalf("Connect(): %v", err)
@@ -175,9 +175,9 @@ func TestConnectRealHost(t *testing.T) {
 	t.Run("UnreachableHost", func(t *testing.T) {
 		down := cpc.DeepCopy()
 		down.Spec.Port = 1 // nothing listens on 127.0.0.1:1 in the namespace
-		pool := host.NewPool(host.WithDialTimeout(3 * time.Second))
-		defer pool.Close()
-		c := &Connector{Kube: &test.MockClient{MockGet: store(down, sec)}, Usage: noTrack, Pool: pool}
+		conns := host.NewConnections(host.WithDialTimeout(3 * time.Second))
+		defer conns.Close()
+		c := &Connector{Kube: &test.MockClient{MockGet: store(down, sec)}, Usage: noTrack, Conns: conns}
 		_, err := c.Connect(context.Background(), managed())
 		if err == nil || !strings.Contains(err.Error(), "cannot connect to the libvirt host of ClusterProviderConfig/host") {
 			t.Fatalf("Connect(): want a connect error naming the config, got %v", err)

@@ -65,7 +65,7 @@ const (
 )
 
 // Setup adds the KVMDomain controller; it starts once the KVMDomain CRD is established.
-func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
+func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) error {
 	shutdowns := &shutdowns{m: map[types.UID]time.Time{}}
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.KVMDomain]{
 		GroupKind: v1alpha1.KVMDomainGroupKind,
@@ -78,7 +78,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.KVMDomain] {
 			return &connector{
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns,
-				conn:    connection.NewConnector(mgr.GetClient(), pool, rec),
+				conn:    connection.NewConnector(mgr.GetClient(), conns, rec),
 				records: ownership.NewRecords(),
 			}
 		},
@@ -115,7 +115,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 	}
 	return &external{
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, defaults: s.Defaults, source: s.Source,
-		lv: libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)), dial: s.DialContext,
+		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, host: s.Address(), importsAllowed: s.ImportsAllowed,
 	}, nil
 }

@@ -72,9 +72,9 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	tb := testbed.Require(t)
 	env := testenv.Start(t)
 	env.HostConfig(t, tb, "default")
-	pool := host.NewPool()
-	t.Cleanup(func() { _ = pool.Close() })
-	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, pool) })
+	conns := host.NewConnections()
+	t.Cleanup(func() { _ = conns.Close() })
+	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns) })
 
 	ctx := context.Background()
 	kube := env.Client

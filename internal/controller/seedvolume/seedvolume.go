@@ -59,7 +59,7 @@ const (
 )
 
 // Setup adds the SeedVolume controller; it starts once the SeedVolume CRD is established.
-func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
+func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) error {
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.SeedVolume]{
 		GroupKind: v1alpha1.SeedVolumeGroupKind,
 		GVK:       v1alpha1.SeedVolumeGroupVersionKind,
@@ -72,7 +72,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, pool *host.Pool) error {
 			return &connector{
 				kube:     mgr.GetClient(),
 				recorder: rec,
-				conn:     connection.NewConnector(mgr.GetClient(), pool, rec),
+				conn:     connection.NewConnector(mgr.GetClient(), conns, rec),
 				records:  ownership.NewRecords(),
 			}
 		},
@@ -104,7 +104,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (manag
 	}
 	return &external{
 		kube: c.kube, recorder: c.recorder, defaults: s.Defaults,
-		storage: libvirt.New(s, libvirt.WithSocket(s.Socket), libvirt.WithURI(s.URI)),
+		storage: s.Libvirt(),
 		records: c.records, host: s.Address(),
 	}, nil
 }

@@ -40,32 +40,32 @@ type OpenInfo struct {
 	HostKeyFingerprint string
 }
 
-// An Option configures a Pool.
-type Option func(*Pool)
+// An Option configures a Connections.
+type Option func(*Connections)
 
 // WithDialTimeout bounds opening a connection (TCP, SSH handshake and
 // libvirt's connect), in addition to the caller's context.
-func WithDialTimeout(d time.Duration) Option { return func(p *Pool) { p.dialTimeout = d } }
+func WithDialTimeout(d time.Duration) Option { return func(p *Connections) { p.dialTimeout = d } }
 
 // WithKeepAlive sets the SSH keepalive interval; a connection whose
 // keepalive is not answered within one more interval is closed. Zero
 // disables keepalives.
-func WithKeepAlive(d time.Duration) Option { return func(p *Pool) { p.keepAlive = d } }
+func WithKeepAlive(d time.Duration) Option { return func(p *Connections) { p.keepAlive = d } }
 
 // WithIdleTimeout closes connections unused for d. Zero keeps them open.
-func WithIdleTimeout(d time.Duration) Option { return func(p *Pool) { p.idleTimeout = d } }
+func WithIdleTimeout(d time.Duration) Option { return func(p *Connections) { p.idleTimeout = d } }
 
 // WithOnOpen calls fn every time the pool opens an SSH connection (or a
 // Unix libvirt connection), e.g. to warn about an insecure one. fn must not
 // block. See also ContextWithOnOpen.
-func WithOnOpen(fn func(OpenInfo)) Option { return func(p *Pool) { p.onOpen = fn } }
+func WithOnOpen(fn func(OpenInfo)) Option { return func(p *Connections) { p.onOpen = fn } }
 
 // WithLogger sets the pool's logger. It logs addresses, never secrets.
-func WithLogger(l logging.Logger) Option { return func(p *Pool) { p.log = l } }
+func WithLogger(l logging.Logger) Option { return func(p *Connections) { p.log = l } }
 
 type onOpenKey struct{}
 
-// ContextWithOnOpen returns a context that makes a Pool call fn when a
+// ContextWithOnOpen returns a context that makes a Connections call fn when a
 // call made with it opens a new connection, in addition to the pool's own
 // WithOnOpen hook. A controller can so raise an event on the resource whose
 // reconcile opened an insecure connection.
@@ -73,9 +73,9 @@ func ContextWithOnOpen(ctx context.Context, fn func(OpenInfo)) context.Context {
 	return context.WithValue(ctx, onOpenKey{}, fn)
 }
 
-// Pool shares libvirt connections among callers. It is safe for concurrent
-// use. The zero value is not usable: call NewPool.
-type Pool struct {
+// Connections shares libvirt connections among callers. It is safe for concurrent
+// use. The zero value is not usable: call NewConnections.
+type Connections struct {
 	dialTimeout time.Duration
 	keepAlive   time.Duration
 	idleTimeout time.Duration
@@ -91,9 +91,9 @@ type Pool struct {
 	wg       sync.WaitGroup
 }
 
-// NewPool returns a connection pool.
-func NewPool(opts ...Option) *Pool {
-	p := &Pool{
+// NewConnections returns a connection pool.
+func NewConnections(opts ...Option) *Connections {
+	p := &Connections{
 		dialTimeout: DefaultDialTimeout,
 		keepAlive:   DefaultKeepAlive,
 		idleTimeout: DefaultIdleTimeout,
@@ -113,12 +113,12 @@ func NewPool(opts ...Option) *Pool {
 
 // Get returns a connection to the host c describes, opening it if no
 // healthy one is pooled. Errors name the host and say why.
-func (p *Pool) Get(ctx context.Context, c Config) (*Conn, error) {
+func (p *Connections) Get(ctx context.Context, c Config) (*Conn, error) {
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, errors.Wrapf(err, errConnect, c.Address())
 	}
-	conn := &Conn{pool: p, key: c.poolKey(), cfg: c}
+	conn := &Conn{conns: p, key: c.connKey(), cfg: c}
 	_, release, err := conn.acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ func (p *Pool) Get(ctx context.Context, c Config) (*Conn, error) {
 }
 
 // Close closes every pooled connection. Later calls fail.
-func (p *Pool) Close() error {
+func (p *Connections) Close() error {
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.wg.Wait()
 	p.mu.Lock()
@@ -146,7 +146,7 @@ func (p *Pool) Close() error {
 }
 
 // Len returns the number of pooled connection entries.
-func (p *Pool) Len() int {
+func (p *Connections) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.entries)
@@ -164,7 +164,7 @@ func closeAll(sess []*session) {
 	wg.Wait()
 }
 
-func (p *Pool) entry(key string, c Config) (*entry, error) {
+func (p *Connections) entry(key string, c Config) (*entry, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -178,7 +178,7 @@ func (p *Pool) entry(key string, c Config) (*entry, error) {
 	return e, nil
 }
 
-func (p *Pool) reaper() {
+func (p *Connections) reaper() {
 	defer p.wg.Done()
 	iv := min(max(p.idleTimeout/4, 10*time.Millisecond), time.Minute)
 	t := time.NewTicker(iv)
@@ -194,7 +194,7 @@ func (p *Pool) reaper() {
 }
 
 // reap closes entries unused for the idle timeout and without calls.
-func (p *Pool) reap(now time.Time) {
+func (p *Connections) reap(now time.Time) {
 	var sess []*session
 	p.mu.Lock()
 	for k, e := range p.entries {
@@ -214,7 +214,7 @@ func (p *Pool) reap(now time.Time) {
 
 // open opens a session for c. When old's SSH connection is still alive
 // (e.g. only libvirtd restarted), it is reused.
-func (p *Pool) open(ctx context.Context, c Config, old *session) (*session, error) {
+func (p *Connections) open(ctx context.Context, c Config, old *session) (*session, error) {
 	if p.dialTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.dialTimeout)
@@ -309,7 +309,7 @@ func (e *entry) release() {
 
 // acquire returns a healthy session, opening one if needed. On success the
 // caller must call e.release when done.
-func (e *entry) acquire(ctx context.Context, p *Pool) (*session, error) {
+func (e *entry) acquire(ctx context.Context, p *Connections) (*session, error) {
 	e.mu.Lock()
 	if e.evicted {
 		e.mu.Unlock()

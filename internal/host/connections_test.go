@@ -62,7 +62,7 @@ func testKey(t *testing.T) []byte {
 // up on their own context, and that callers of other hosts are not slowed.
 func TestPoolHungHostDoesNotBlockOthers(t *testing.T) {
 	h, port := silentServer(t)
-	p := NewPool(WithDialTimeout(5 * time.Second))
+	p := NewConnections(WithDialTimeout(5 * time.Second))
 	defer p.Close()
 	hung := Config{Host: h, Port: port, PrivateKey: testKey(t), InsecureSkipHostKeyVerification: true}
 
@@ -107,7 +107,7 @@ func TestPoolHungHostDoesNotBlockOthers(t *testing.T) {
 }
 
 func TestPoolClosed(t *testing.T) {
-	p := NewPool()
+	p := NewConnections()
 	_ = p.Close()
 	_, err := p.Get(context.Background(), Config{Transport: TransportUnix, Socket: "/nonexistent"})
 	if err == nil {
