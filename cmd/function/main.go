@@ -8,10 +8,12 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	fnsdk "github.com/crossplane/function-sdk-go"
 
 	"github.com/provider-kvm/provider-kvm/internal/function"
@@ -26,22 +28,22 @@ func main() {
 }
 
 func run(args []string) error {
-	fs := flag.NewFlagSet("function-kvm-proxy", flag.ContinueOnError)
-	addr := fs.String("address", "0.0.0.0:9443", "gRPC listen address")
-	insecure := fs.Bool("insecure", false, "serve without mTLS (local development only)")
-	certs := fs.String("tls-server-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"),
-		"directory with tls.crt, tls.key and ca.crt for mTLS (env TLS_SERVER_CERTS_DIR)")
-	metrics := fs.String("metrics-address", "", "Prometheus metrics listen address, e.g. 127.0.0.1:8080 (default: off)")
-	debug := fs.Bool("debug", false, "log at debug level")
-	if err := fs.Parse(args); err != nil {
-		return err
+	// The same flag library as the provider (cmd/provider).
+	app := kingpin.New("function-kvm-proxy", "The composition function of the Proxy API.")
+	addr := app.Flag("address", "gRPC listen address.").Default("0.0.0.0:9443").String()
+	insecure := app.Flag("insecure", "Serve without mTLS (local development only).").Bool()
+	certs := app.Flag("tls-server-certs-dir", "Directory with tls.crt, tls.key and ca.crt for mTLS.").Envar("TLS_SERVER_CERTS_DIR").String()
+	metrics := app.Flag("metrics-address", "Prometheus metrics listen address, e.g. 127.0.0.1:8080 (default: off).").Default("").String()
+	debug := app.Flag("debug", "Log at debug level.").Bool()
+	if _, err := app.Parse(args); err != nil {
+		return errors.Wrap(err, "cannot parse the command line")
 	}
 	if !*insecure && *certs == "" {
-		return fmt.Errorf("set TLS_SERVER_CERTS_DIR (or --tls-server-certs-dir), or --insecure")
+		return errors.New("set TLS_SERVER_CERTS_DIR (or --tls-server-certs-dir), or --insecure")
 	}
 	log, err := fnsdk.NewLogger(*debug)
 	if err != nil {
-		return err
+		return errors.Wrap(err, "cannot create the logger")
 	}
 	opts := []fnsdk.ServeOption{
 		fnsdk.Listen("tcp", *addr),
@@ -53,5 +55,5 @@ func run(args []string) error {
 		opts = append(opts, fnsdk.MTLSCertificates(*certs))
 	}
 	log.Info("serving", "version", version.Version, "address", *addr, "insecure", *insecure)
-	return fnsdk.Serve(function.New(log), opts...)
+	return errors.Wrap(fnsdk.Serve(function.New(log), opts...), "cannot serve")
 }

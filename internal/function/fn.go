@@ -30,8 +30,9 @@ package function
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -87,7 +88,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
 	oxr, err := request.GetObservedCompositeResource(req)
 	if err != nil {
-		return fmt.Errorf("cannot get the observed composite resource: %w", err)
+		return errors.Wrap(err, "cannot get the observed composite resource")
 	}
 	xr := oxr.Resource
 	what := xr.GetKind() + " " + xr.GetName()
@@ -97,29 +98,29 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 
 	var spec ProxySpec
 	if err := xr.GetValueInto("spec", &spec); err != nil {
-		return fmt.Errorf("invalid %s: cannot read spec: %w", what, err)
+		return errors.Wrapf(err, "invalid %s: cannot read spec", what)
 	}
 	p, err := spec.Validate()
 	if err != nil {
-		return fmt.Errorf("invalid %s: %w", what, err)
+		return errors.Wrapf(err, "invalid %s", what)
 	}
 	ns, err := targetNamespace(xr)
 	if err != nil {
-		return fmt.Errorf("invalid %s: %w", what, err)
+		return errors.Wrapf(err, "invalid %s", what)
 	}
 	n := NamesFor(baseName(xr))
 
 	observed, err := request.GetObservedComposedResources(req)
 	if err != nil {
-		return fmt.Errorf("cannot get the observed composed resources: %w", err)
+		return errors.Wrap(err, "cannot get the observed composed resources")
 	}
 	desired, err := request.GetDesiredComposedResources(req)
 	if err != nil {
-		return fmt.Errorf("cannot get the desired composed resources: %w", err)
+		return errors.Wrap(err, "cannot get the desired composed resources")
 	}
 	dxr, err := request.GetDesiredCompositeResource(req)
 	if err != nil {
-		return fmt.Errorf("cannot get the desired composite resource: %w", err)
+		return errors.Wrap(err, "cannot get the desired composite resource")
 	}
 
 	userData, err := UserData(p, n.Domain)
@@ -158,7 +159,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		desired[name] = d
 	}
 	if err := response.SetDesiredComposedResources(rsp, desired); err != nil {
-		return fmt.Errorf("cannot set the desired composed resources: %w", err)
+		return errors.Wrap(err, "cannot set the desired composed resources")
 	}
 
 	status := map[string]any{"phase": st.phase, "secretName": n.Secret}
@@ -171,11 +172,11 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	}
 	for k, v := range status {
 		if err := dxr.Resource.SetValue("status."+k, v); err != nil {
-			return fmt.Errorf("cannot set status.%s: %w", k, err)
+			return errors.Wrapf(err, "cannot set status.%s", k)
 		}
 	}
 	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
-		return fmt.Errorf("cannot set the desired composite resource: %w", err)
+		return errors.Wrap(err, "cannot set the desired composite resource")
 	}
 	return nil
 }
@@ -203,11 +204,11 @@ func targetNamespace(xr *composite.Unstructured) (string, error) {
 	if ns == "" {
 		ns, _ = xr.GetString("spec.claimRef.namespace")
 		if ns == "" {
-			return "", fmt.Errorf("a cluster-scoped %s composes into its claim's namespace, but it has no spec.claimRef.namespace: create it through its claim", xr.GetKind())
+			return "", errors.Errorf("a cluster-scoped %s composes into its claim's namespace, but it has no spec.claimRef.namespace: create it through its claim", xr.GetKind())
 		}
 	}
 	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-		return "", fmt.Errorf("%q is not a valid namespace: %s", ns, msgs[0])
+		return "", errors.Errorf("%q is not a valid namespace: %s", ns, msgs[0])
 	}
 	return ns, nil
 }

@@ -4,9 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -171,7 +172,7 @@ func Secret(n Names, ns string, data map[string][]byte) *composed.Unstructured {
 func toComposed(o runtime.Object) (*composed.Unstructured, error) {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 	if err != nil {
-		return nil, fmt.Errorf("cannot convert %s: %w", o.GetObjectKind().GroupVersionKind().Kind, err)
+		return nil, errors.Errorf("cannot convert %s: %w", o.GetObjectKind().GroupVersionKind().Kind, err)
 	}
 	delete(m, "status")
 	if md, ok := m["metadata"].(map[string]any); ok {

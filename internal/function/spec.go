@@ -1,12 +1,13 @@
 package function
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
 	"strings"
 	"unicode"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -101,7 +102,7 @@ type Proxy struct {
 func (s ProxySpec) Validate() (Proxy, error) {
 	var errs []error
 	bad := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("spec.%s: %s", field, fmt.Sprintf(format, a...)))
+		errs = append(errs, errors.Errorf("spec.%s: %s", field, fmt.Sprintf(format, a...)))
 	}
 	p := Proxy{Host: s.Host}
 
@@ -228,14 +229,14 @@ func intOr(v *int64, def int64) int64 {
 // characters (a tab is fine), at most max bytes.
 func singleLine(s string, maxLen int) error {
 	if len(s) > maxLen {
-		return fmt.Errorf("must be at most %d characters, got %d", maxLen, len(s))
+		return errors.Errorf("must be at most %d characters, got %d", maxLen, len(s))
 	}
 	for _, r := range s {
 		if r == '\n' || r == '\r' {
-			return fmt.Errorf("must be a single line: %q contains a line break", s)
+			return errors.Errorf("must be a single line: %q contains a line break", s)
 		}
 		if r != '\t' && (unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r == '\u0085') {
-			return fmt.Errorf("must not contain control characters: %q", s)
+			return errors.Errorf("must not contain control characters: %q", s)
 		}
 	}
 	return nil

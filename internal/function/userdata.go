@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+
 	"sigs.k8s.io/yaml"
 )
 
@@ -72,7 +74,7 @@ func UserData(p Proxy, hostname string) (string, error) {
 	}
 	y, err := yaml.Marshal(cc)
 	if err != nil {
-		return "", fmt.Errorf("cannot encode cloud-config: %w", err)
+		return "", errors.Wrap(err, "cannot encode cloud-config")
 	}
 	return "#cloud-config\n" + string(y), nil
 }

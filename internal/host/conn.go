@@ -19,8 +19,8 @@ const (
 // use, and stays valid after drops and idle closes: the next call reopens.
 type Conn struct {
 	conns *Connections
-	key  string
-	cfg  Config
+	key   string
+	cfg   Config
 }
 
 // Address names the host: user@host:port or unix:SOCKET.

@@ -33,8 +33,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"github.com/kdomanski/iso9660"
 )
@@ -190,27 +190,27 @@ func quote(s string) []byte {
 func writeISO(files map[string][]byte) (iso []byte, err error) {
 	w, err := iso9660.NewWriter()
 	if err != nil {
-		return nil, fmt.Errorf("creating ISO writer: %w", err)
+		return nil, errors.Wrap(err, "creating ISO writer")
 	}
 	defer func() {
 		// The staging directory holds user-data, which may be secret:
 		// failing to remove it is an error.
 		if cerr := w.Cleanup(); cerr != nil && err == nil {
-			iso, err = nil, fmt.Errorf("removing ISO staging directory: %w", cerr)
+			iso, err = nil, errors.Wrap(cerr, "removing ISO staging directory")
 		}
 	}()
 
 	size := 20 * sectorSize // system area, descriptors, root directory
 	for name, content := range files {
 		if err := w.AddFile(bytes.NewReader(content), name); err != nil {
-			return nil, fmt.Errorf("adding %s to ISO: %w", name, err)
+			return nil, errors.Wrapf(err, "adding %s to ISO", name)
 		}
 		size += (len(content)/sectorSize + 1) * sectorSize
 	}
 
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	if err := w.WriteTo(buf, VolumeLabel); err != nil {
-		return nil, fmt.Errorf("writing ISO: %w", err)
+		return nil, errors.Wrap(err, "writing ISO")
 	}
 
 	iso = buf.Bytes()

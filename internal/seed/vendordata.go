@@ -3,11 +3,12 @@ package seed
 import (
 	"bytes"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
 	"net/textproto"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 )
 
 // GuestAgentScript is the vendor-data shell script written when
@@ -123,7 +124,7 @@ func multipartVendorData(user []byte) ([]byte, error) {
 
 	mw := multipart.NewWriter(&b)
 	if err := mw.SetBoundary(mimeBoundary); err != nil {
-		return nil, fmt.Errorf("setting MIME boundary: %w", err)
+		return nil, errors.Wrap(err, "setting MIME boundary")
 	}
 
 	agent, err := mw.CreatePart(textproto.MIMEHeader{
@@ -133,10 +134,10 @@ func multipartVendorData(user []byte) ([]byte, error) {
 		"Mime-Version":              {"1.0"},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating guest agent MIME part: %w", err)
+		return nil, errors.Wrap(err, "creating guest agent MIME part")
 	}
 	if _, err := agent.Write([]byte(GuestAgentScript)); err != nil {
-		return nil, fmt.Errorf("writing guest agent MIME part: %w", err)
+		return nil, errors.Wrap(err, "writing guest agent MIME part")
 	}
 
 	part, err := mw.CreatePart(textproto.MIMEHeader{
@@ -146,14 +147,14 @@ func multipartVendorData(user []byte) ([]byte, error) {
 		"Mime-Version":              {"1.0"},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating vendor-data MIME part: %w", err)
+		return nil, errors.Wrap(err, "creating vendor-data MIME part")
 	}
 	if err := writeBase64Lines(part, user); err != nil {
-		return nil, fmt.Errorf("writing vendor-data MIME part: %w", err)
+		return nil, errors.Wrap(err, "writing vendor-data MIME part")
 	}
 
 	if err := mw.Close(); err != nil {
-		return nil, fmt.Errorf("closing MIME message: %w", err)
+		return nil, errors.Wrap(err, "closing MIME message")
 	}
 	return b.Bytes(), nil
 }

@@ -16,7 +16,6 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,6 +24,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -55,7 +56,7 @@ func (f fileFlags) String() string { return fmt.Sprint(map[string]string(f)) }
 func (f fileFlags) Set(v string) error {
 	src, dst, ok := strings.Cut(v, "=")
 	if !ok || src == "" || !path.IsAbs(dst) {
-		return fmt.Errorf("want SRC=/absolute/destination, got %q", v)
+		return errors.Errorf("want SRC=/absolute/destination, got %q", v)
 	}
 	f[dst] = src
 	return nil
@@ -78,13 +79,13 @@ func run(args []string) error {
 	files := map[string]File{}
 	data, err := os.ReadFile(*bin)
 	if err != nil {
-		return fmt.Errorf("cannot read the binary: %w", err)
+		return errors.Wrap(err, "cannot read the binary")
 	}
 	files[*at] = File{Data: data, Mode: 0o755}
 	for dst, src := range extra {
 		b, err := os.ReadFile(src) //nolint:gosec // G304: the build script names the files to embed
 		if err != nil {
-			return fmt.Errorf("cannot read extra file %s: %w", src, err)
+			return errors.Wrapf(err, "cannot read extra file %s", src)
 		}
 		files[dst] = File{Data: b, Mode: 0o644}
 	}
@@ -94,10 +95,10 @@ func run(args []string) error {
 	}
 	ref, err := name.NewTag(*tag)
 	if err != nil {
-		return fmt.Errorf("invalid -tag: %w", err)
+		return errors.Wrap(err, "invalid -tag")
 	}
 	if err := tarball.WriteToFile(*out, ref, img); err != nil {
-		return fmt.Errorf("cannot write %s: %w", *out, err)
+		return errors.Wrapf(err, "cannot write %s", *out)
 	}
 	return nil
 }
@@ -112,28 +113,28 @@ type File struct {
 // and /tmp, whose entrypoint is entrypoint, running as User.
 func Image(files map[string]File, entrypoint string) (v1.Image, error) {
 	if _, ok := files[entrypoint]; !ok {
-		return nil, fmt.Errorf("the entrypoint %s is not one of the image's files", entrypoint)
+		return nil, errors.Errorf("the entrypoint %s is not one of the image's files", entrypoint)
 	}
 	layerData, err := layerTar(files)
 	if err != nil {
-		return nil, fmt.Errorf("cannot write the layer: %w", err)
+		return nil, errors.Wrap(err, "cannot write the layer")
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerData)), nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cannot make the layer: %w", err)
+		return nil, errors.Wrap(err, "cannot make the layer")
 	}
 	img, err := mutate.Append(empty.Image, mutate.Addendum{
 		Layer:   layer,
 		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "mkimage"},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cannot append the layer: %w", err)
+		return nil, errors.Wrap(err, "cannot append the layer")
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the image config: %w", err)
+		return nil, errors.Wrap(err, "cannot read the image config")
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", "amd64"
@@ -143,7 +144,7 @@ func Image(files map[string]File, entrypoint string) (v1.Image, error) {
 	cf.Config.WorkingDir = "/"
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
-		return nil, fmt.Errorf("cannot set the image config: %w", err)
+		return nil, errors.Wrap(err, "cannot set the image config")
 	}
 	return img, nil
 }
@@ -155,7 +156,7 @@ func layerTar(files map[string]File) ([]byte, error) {
 	paths := make([]string, 0, len(files))
 	for p := range files {
 		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
-			return nil, fmt.Errorf("%q is not a clean absolute file path", p)
+			return nil, errors.Errorf("%q is not a clean absolute file path", p)
 		}
 		paths = append(paths, p)
 		for d := path.Dir(p); d != "/"; d = path.Dir(d) {
@@ -176,17 +177,17 @@ func layerTar(files map[string]File) ([]byte, error) {
 	for _, d := range dirNames {
 		h := &tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: dirs[d], ModTime: epoch}
 		if err := tw.WriteHeader(h); err != nil {
-			return nil, fmt.Errorf("directory %s: %w", d, err)
+			return nil, errors.Wrapf(err, "directory %s", d)
 		}
 	}
 	for _, p := range paths {
 		f := files[p]
 		h := &tar.Header{Typeflag: tar.TypeReg, Name: p[1:], Mode: f.Mode, Size: int64(len(f.Data)), ModTime: epoch}
 		if err := tw.WriteHeader(h); err != nil {
-			return nil, fmt.Errorf("file %s: %w", p, err)
+			return nil, errors.Wrapf(err, "file %s", p)
 		}
 		if _, err := tw.Write(f.Data); err != nil {
-			return nil, fmt.Errorf("file %s: %w", p, err)
+			return nil, errors.Wrapf(err, "file %s", p)
 		}
 	}
 	if err := tw.Close(); err != nil {
