@@ -42,6 +42,7 @@ const uploadTimeout = 6 * time.Hour
 // shown as failed before it is tried again.
 const limitRetryDelay = time.Minute
 
+// Error messages.
 const (
 	errLookup      = "cannot look up the image on the host"
 	errOwned       = "cannot list this BaseImage's volumes on the host"
@@ -52,10 +53,14 @@ const (
 	errExtName     = "the crossplane.io/external-name annotation %q is not the name of this BaseImage's volume, %q: the provider derives volume names from the source, so that no resource can act on another's; remove the annotation or set it to %q"
 	errPolicy      = "cannot use the imageSources of %s"
 	errRetryLater  = "cannot publish the image; it is tried again %s after this attempt failed"
-	reasonUpload   = event.Reason("ImagePublished")
-	reasonUnverify = event.Reason("ImageUnverified")
-	reasonFailed   = event.Reason("ImagePublishFailed")
-	reasonRetained = event.Reason("OldImageRetained")
+)
+
+// Event reasons.
+const (
+	reasonUpload   event.Reason = "ImagePublished"
+	reasonUnverify event.Reason = "ImageUnverified"
+	reasonFailed   event.Reason = "ImagePublishFailed"
+	reasonRetained event.Reason = "OldImageRetained"
 )
 
 // Setup adds the BaseImage controller; it starts once the BaseImage CRD is established.

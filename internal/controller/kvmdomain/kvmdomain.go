@@ -34,6 +34,7 @@ import (
 // destroyed (on delete, or when powerState is Stopped).
 const shutdownGrace = 90 * time.Second
 
+// Error messages.
 const (
 	errNoBase        = "spec.forProvider.baseImageName is not set (set it, or baseImageRef or baseImageSelector)"
 	errGetBase       = "cannot get BaseImage %s"
@@ -52,16 +53,21 @@ const (
 	errImportForeign = "cannot import domain %s: it belongs to %s/%s (UID %s), and a domain managed by another resource is never imported"
 	errResizeOverlay = "cannot grow the root disk overlay"
 	errNotABase      = "BaseImage %s reports volume %q, which is not a cached base image volume"
+)
 
-	// Connection detail keys: the guest's address, for a connection Secret.
+// Connection detail keys: the guest's address, for a connection Secret.
+const (
 	ConnectionIPv4 = "ipv4"
 	ConnectionMAC  = "mac"
+)
 
-	reasonRestartPending = event.Reason("RestartPending")
-	reasonInputsChanged  = event.Reason("InputsChanged")
-	reasonForcedOff      = event.Reason("ForcedPowerOff")
-	reasonDiskGrown      = event.Reason("DiskGrown")
-	reasonLeft           = event.Reason("VolumeLeftAlone")
+// Event reasons.
+const (
+	reasonRestartPending event.Reason = "RestartPending"
+	reasonInputsChanged  event.Reason = "InputsChanged"
+	reasonForcedOff      event.Reason = "ForcedPowerOff"
+	reasonDiskGrown      event.Reason = "DiskGrown"
+	reasonLeft           event.Reason = "VolumeLeftAlone"
 )
 
 // Setup adds the KVMDomain controller; it starts once the KVMDomain CRD is established.

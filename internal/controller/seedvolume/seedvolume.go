@@ -37,6 +37,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/seed"
 )
 
+// Error messages.
 const (
 	errGetSecret    = "cannot read %s from Secret %s/%s"
 	errNoSecretKey  = "cannot read %s: Secret %s/%s has no key %q"
@@ -53,6 +54,7 @@ const (
 	errExternalName = "the crossplane.io/external-name annotation %q is not the name of this SeedVolume's volume, %q: the provider derives the names of the volumes it manages, so that no resource can act on another's; remove the annotation or set it to %q"
 )
 
+// Event reasons.
 const (
 	reasonUploaded event.Reason = "SeedUploaded"
 	reasonLeft     event.Reason = "VolumeLeftAlone"
