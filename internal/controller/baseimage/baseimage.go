@@ -44,15 +44,15 @@ const limitRetryDelay = time.Minute
 
 // Error messages.
 const (
-	errLookup      = "cannot look up the image on the host"
-	errOwned       = "cannot list this BaseImage's volumes on the host"
-	errRemove      = "cannot remove volume %s"
-	errHeld        = "deletion is held: the image is still in use by %s; delete those KVMDomains (or their overlays) first"
-	errFailed      = "cannot publish the image"
-	errOtherOwner  = "the host already caches this image for another BaseImage: refer to that BaseImage instead, or change source"
-	errExtName     = "the crossplane.io/external-name annotation %q is not the name of this BaseImage's volume, %q: the provider derives volume names from the source, so that no resource can act on another's; remove the annotation or set it to %q"
-	errPolicy      = "cannot use the imageSources of %s"
-	errRetryLater  = "cannot publish the image; it is tried again %s after this attempt failed"
+	errLookup     = "cannot look up the image on the host"
+	errOwned      = "cannot list this BaseImage's volumes on the host"
+	errRemove     = "cannot remove volume %s"
+	errHeld       = "deletion is held: the image is still in use by %s; delete those KVMDomains (or their overlays) first"
+	errFailed     = "cannot publish the image"
+	errOtherOwner = "the host already caches this image for another BaseImage: refer to that BaseImage instead, or change source"
+	errExtName    = "the crossplane.io/external-name annotation %q is not the name of this BaseImage's volume, %q: the provider derives volume names from the source, so that no resource can act on another's; remove the annotation or set it to %q"
+	errPolicy     = "cannot use the imageSources of %s"
+	errRetryLater = "cannot publish the image; it is tried again %s after this attempt failed"
 )
 
 // Event reasons.
