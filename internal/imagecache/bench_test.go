@@ -46,7 +46,7 @@ func BenchmarkUploadThroughput(b *testing.B) {
 		}
 		defer func() { _ = lv.DeleteVolume(context.Background(), tb.pool, name) }()
 		start := time.Now()
-		out, err := exec.CommandContext(ctx, "virsh", "-q", "-c", uri(transport), "vol-upload", "--pool", tb.pool, name, file).CombinedOutput() //nolint:gosec // test bed
+		out, err := exec.CommandContext(ctx, "virsh", "-q", "-c", uri(transport), "vol-upload", "--pool", tb.pool, name, file).CombinedOutput()
 		d := time.Since(start)
 		if err != nil {
 			b.Fatalf("virsh vol-upload over %s: %v\n%s", transport, err, out)

@@ -203,7 +203,7 @@ func (c *Cache) lookup(ctx context.Context, pool, volume string) (Image, error) 
 		if err != nil {
 			return img, errors.Wrapf(err, errLookup, volume, pool)
 		}
-		if int64(n) != img.Marker.SizeBytes { //nolint:gosec // file sizes fit
+		if int64(n) != img.Marker.SizeBytes {
 			img.Reason = "the data volume holds " + strconv.FormatUint(n, 10) + " bytes, the marker records " + strconv.FormatInt(img.Marker.SizeBytes, 10)
 			return img, nil
 		}
@@ -239,6 +239,76 @@ func checkOwner(img Image, uid string) error {
 		}
 	}
 	return nil
+}
+
+// publishPlan is what Publish does, given what is on the host (see planPublish).
+type publishPlan struct {
+	// Reuse: the image is published and ours; nothing is downloaded.
+	Reuse bool
+	// DropClaim: a claim of ours was left next to the published image.
+	DropClaim bool
+	// CheckUsers: a data volume exists; before it is deleted, no overlay may use it.
+	CheckUsers bool
+	// Delete lists the debris to remove, in order: marker, data, claim.
+	Delete []string
+	// WriteClaim: our claim must be written before the upload (there is none we can keep).
+	WriteClaim bool
+}
+
+// planPublish decides, without I/O, what Publish does with img on behalf of owner. It refuses
+// an image another owner's record names, and data that no record names (we write the claim
+// before the data and drop it only after the marker, so such data was never ours).
+func planPublish(img Image, owner Owner) (publishPlan, error) {
+	if err := checkOwner(img, owner.UID); err != nil {
+		return publishPlan{}, err
+	}
+	if img.State == StatePublished {
+		return publishPlan{Reuse: true, DropClaim: img.HasClaim}, nil
+	}
+	if img.HasData && img.Owner.UID == "" {
+		return publishPlan{}, &OwnedByOtherError{Pool: img.Pool, Volume: img.Volume}
+	}
+	// Debris of ours (or torn records of ours) or nothing: start clean, keeping our claim.
+	p := publishPlan{CheckUsers: img.HasData}
+	if img.HasMarker {
+		p.Delete = append(p.Delete, MarkerName(img.Volume))
+	}
+	if img.HasData {
+		p.Delete = append(p.Delete, img.Volume)
+	}
+	keepClaim := img.HasClaim && img.Claim != nil && img.Claim.Owner.UID == owner.UID && img.Claim.State == RecordClaimed
+	if img.HasClaim && !keepClaim {
+		p.Delete = append(p.Delete, ClaimName(img.Volume))
+	}
+	p.WriteClaim = !keepClaim
+	return p, nil
+}
+
+// uploaded is what an upload wrote, for verifyUpload.
+type uploaded struct {
+	// N bytes were streamed; Total were announced (0: unknown); Physical are on the host.
+	N, Total, Physical int64
+	SHA256             string
+	// VirtualSize from the qcow2 header (0 for raw).
+	VirtualSize int64
+}
+
+// verifyUpload decides, without I/O, whether the stored volume is the complete image src asks
+// for, and returns the virtual size a guest sees.
+func verifyUpload(src Source, shownURL, vol string, u uploaded) (int64, error) {
+	if u.Total > 0 && u.N != u.Total {
+		return 0, errors.Errorf(errSize, shownURL, u.N, u.Total)
+	}
+	if src.SHA256 != "" && u.SHA256 != src.SHA256 {
+		return 0, &DigestMismatchError{URL: shownURL, Want: src.SHA256, Got: u.SHA256}
+	}
+	if u.Physical != u.N {
+		return 0, errors.Errorf(errPhysical, vol, u.Physical, u.N)
+	}
+	if src.Format == FormatRaw {
+		return u.N, nil
+	}
+	return u.VirtualSize, nil
 }
 
 // writeRecord creates a raw volume holding r. On failure it removes what it
@@ -305,25 +375,19 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 	if err != nil {
 		return Result{Image: img}, err
 	}
-	if err := checkOwner(img, owner.UID); err != nil {
+	plan, err := planPublish(img, owner)
+	if err != nil {
 		return Result{Image: img}, err
 	}
-	if img.State == StatePublished {
-		if img.HasClaim && c.lv.DeleteVolume(ctx, pool, ClaimName(vol)) == nil {
+	if plan.Reuse {
+		if plan.DropClaim && c.lv.DeleteVolume(ctx, pool, ClaimName(vol)) == nil {
 			img.HasClaim, img.Claim = false, nil
 		}
 		return Result{Image: img, Reused: true}, nil
 	}
-
-	// A data volume that no record names was never made by us (we write the claim before
-	// the data and drop it only after the marker): never ours to overwrite or delete.
-	if img.HasData && img.Owner.UID == "" {
-		return Result{Image: img}, &OwnedByOtherError{Pool: pool, Volume: vol}
-	}
-	// Debris (ours, or torn records of ours) or nothing: start clean, keeping our claim.
-	// Even debris is never deleted under an overlay: whatever made it, a
-	// guest's disk depends on the file.
-	if img.HasData {
+	// Even debris is never deleted under an overlay: whatever made it, a guest's disk depends
+	// on the file.
+	if plan.CheckUsers {
 		users, err := c.Users(ctx, img.Path)
 		if err != nil {
 			return Result{Image: img}, err
@@ -332,23 +396,12 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 			return Result{Image: img}, &InUseError{Pool: pool, Volume: vol, Users: users}
 		}
 	}
-	var debris []string
-	if img.HasMarker {
-		debris = append(debris, MarkerName(vol))
-	}
-	if img.HasData {
-		debris = append(debris, vol)
-	}
-	keepClaim := img.HasClaim && img.Claim != nil && img.Claim.Owner.UID == owner.UID && img.Claim.State == RecordClaimed
-	if img.HasClaim && !keepClaim {
-		debris = append(debris, ClaimName(vol))
-	}
-	for _, n := range debris {
+	for _, n := range plan.Delete {
 		if err := c.lv.DeleteVolume(ctx, pool, n); err != nil {
 			return Result{Image: img}, errors.Wrapf(err, errCleanDebris, vol, pool)
 		}
 	}
-	if !keepClaim {
+	if plan.WriteClaim {
 		claim := Record{State: RecordClaimed, Volume: vol, Owner: owner, SourceURL: redactURL(src.URL), ExpectedSHA256: src.SHA256, Format: src.Format, Time: c.now().UTC()}
 		if err := c.writeRecord(ctx, pool, ClaimName(vol), claim); err != nil {
 			if libvirt.IsExists(err) {
@@ -439,17 +492,6 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner 
 	if s.err != nil {
 		return res, errors.Wrapf(s.err, errUpload, shownURL, vol, pool)
 	}
-	if total > 0 && s.n != total {
-		return res, errors.Errorf(errSize, shownURL, s.n, total)
-	}
-	sum := s.sum()
-	if src.SHA256 != "" && sum != src.SHA256 {
-		return res, &DigestMismatchError{URL: shownURL, Want: src.SHA256, Got: sum}
-	}
-	virtual := s.virtualSize
-	if src.Format == FormatRaw {
-		virtual = s.n
-	}
 	// libvirt's own refresh after an upload is skipped while another volume
 	// of the pool is being built; refresh so that it reports the probed
 	// format and virtual size.
@@ -460,8 +502,10 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner 
 	if err != nil {
 		return res, err
 	}
-	if int64(n) != s.n { //nolint:gosec // file sizes fit
-		return res, errors.Errorf(errPhysical, vol, n, s.n)
+	sum := s.sum()
+	virtual, err := verifyUpload(src, shownURL, vol, uploaded{N: s.n, Total: total, Physical: int64(n), SHA256: sum, VirtualSize: s.virtualSize})
+	if err != nil {
+		return res, err
 	}
 	marker := Record{
 		State: RecordPublished, Volume: vol, Owner: owner,
@@ -484,7 +528,7 @@ func (c *Cache) get(ctx context.Context, rawURL string) (*http.Response, string,
 	if err != nil {
 		return nil, "", 0, errors.Wrapf(err, errDownload, shownURL)
 	}
-	resp, err := c.http.Do(req) //nolint:gosec // the URL is the user's image source, checked against the policy
+	resp, err := c.http.Do(req)
 	if err != nil {
 		// The policy's and the limits' own messages say all; the *url.Error
 		// around them would repeat the URL.

@@ -193,7 +193,7 @@ func (g *guard) dial(ctx context.Context, network, addr string) (net.Conn, error
 		lastErr error
 	)
 	for _, ip := range ips {
-		ap := netip.AddrPortFrom(ip.Unmap(), uint16(port)) //nolint:gosec // a port from SplitHostPort
+		ap := netip.AddrPortFrom(ip.Unmap(), uint16(port))
 		if dec := g.d.Policy.Check(sourcepolicy.Target{URL: u, IP: ip, Port: port}); !dec.Allowed {
 			if refused == nil {
 				refused = g.refused(u, ap.String(), dec.Rule, "")

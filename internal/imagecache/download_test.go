@@ -69,7 +69,7 @@ func fetch(c *Cache, rawURL string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close() //nolint:errcheck // read-only body
+	defer resp.Body.Close()
 	s := newImageStream(resp.Body, FormatRaw, total, c.dl.Limits.MaxBytes, c.dl.Limits.StallTimeout, stalled, nil)
 	_, cerr := io.Copy(io.Discard, struct{ io.Reader }{s})
 	srcErr := s.failed()

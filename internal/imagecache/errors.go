@@ -201,7 +201,7 @@ func literalAddrPort(raw string) (netip.AddrPort, error) {
 	case u.Scheme == "https":
 		port = 443
 	}
-	return netip.AddrPortFrom(ip.Unmap().WithZone(""), uint16(port)), nil //nolint:gosec // a URL's port
+	return netip.AddrPortFrom(ip.Unmap().WithZone(""), uint16(port)), nil
 }
 
 // IsRefused is true when err is a *RefusedError.

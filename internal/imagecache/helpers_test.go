@@ -34,7 +34,7 @@ func serverPort(t testing.TB, srv *httptest.Server) int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return int32(p) //nolint:gosec // a TCP port
+	return int32(p)
 }
 
 // allowServers is an imageSources policy that allows exactly the given test servers on

@@ -40,18 +40,18 @@ func testQCOW2(t testing.TB) []byte {
 			qcow2Err = err
 			return
 		}
-		defer os.RemoveAll(dir) //nolint:errcheck // temp dir
+		defer os.RemoveAll(dir)
 		p := filepath.Join(dir, "img.qcow2")
 		for _, cmd := range [][]string{
 			{"qemu-img", "create", "-q", "-f", "qcow2", p, strconv.Itoa(testVirtualSize)},
 			{"qemu-io", "-f", "qcow2", "-c", "write -P 0xab 0 3M", "-c", "write -P 0x5c 40M 24M", p},
 		} {
-			if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil { //nolint:gosec // test tools
+			if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
 				qcow2Err = &exec.Error{Name: strings.Join(cmd, " ") + ": " + string(out), Err: err}
 				return
 			}
 		}
-		qcow2Data, qcow2Err = os.ReadFile(p) //nolint:gosec // temp file
+		qcow2Data, qcow2Err = os.ReadFile(p)
 	})
 	if qcow2Err != nil {
 		t.Fatalf("making a qcow2 image: %v", qcow2Err)
@@ -479,7 +479,7 @@ func TestIntegrationInterrupted(t *testing.T) {
 				once.Do(func() {
 					go func() {
 						defer close(killed)
-						if out, err := exec.Command(e.tb.ctl, "kill-ssh-sessions").CombinedOutput(); err != nil { //nolint:gosec // test bed
+						if out, err := exec.Command(e.tb.ctl, "kill-ssh-sessions").CombinedOutput(); err != nil {
 							t.Errorf("kill-ssh-sessions: %v\n%s", err, out)
 						}
 					}()

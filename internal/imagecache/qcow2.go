@@ -189,5 +189,5 @@ func checkFormat(f Format, head []byte) (int64, error) {
 	if err := checkQCOW2(h); err != nil {
 		return 0, err
 	}
-	return int64(h.VirtualSize), nil //nolint:gosec // bounded above
+	return int64(h.VirtualSize), nil
 }

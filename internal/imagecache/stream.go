@@ -142,7 +142,7 @@ func (s *imageStream) produce() {
 		}
 		st.resume()
 		n, err := s.fill(buf[:cap(buf)], st)
-		if s.n == 0 && (n > 0 || err == io.EOF) {
+		if s.n == 0 && (n > 0 || errors.Is(err, io.EOF)) {
 			vs, ferr := checkFormat(s.format, buf[:n])
 			if ferr != nil {
 				s.fail(&FormatError{Reason: ferr.Error()})
@@ -165,7 +165,7 @@ func (s *imageStream) produce() {
 			}
 			st.resume()
 		}
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return
 		}
 		if err != nil {

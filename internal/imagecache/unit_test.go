@@ -522,7 +522,7 @@ func TestCheckFormatQEMUImages(t *testing.T) {
 			if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-o", tc.opts, p, "64M").CombinedOutput(); err != nil {
 				t.Skipf("qemu-img create -o %s: %v\n%s", tc.opts, err, out)
 			}
-			head, err := os.ReadFile(p) //nolint:gosec // temp file
+			head, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -271,7 +271,7 @@ func (r *rule) match(d *dest) match {
 		return no
 	}
 	if p := r.urlPrefix; p != nil {
-		if d.u == nil || strings.ToLower(d.u.Scheme) != p.scheme || d.host != p.host || portOf(d.u) != p.port {
+		if d.u == nil || !strings.EqualFold(d.u.Scheme, p.scheme) || d.host != p.host || portOf(d.u) != p.port {
 			return no
 		}
 		rest := d.bare

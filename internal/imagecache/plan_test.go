@@ -1,0 +1,123 @@
+package imagecache
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestPlanPublish(t *testing.T) {
+	const vol = "pkvm-base-0123456789abcdef01234567.qcow2"
+	us, them := Owner{UID: "us"}, Owner{UID: "them"}
+	claim := func(o Owner, state string) *Record { return &Record{State: state, Volume: vol, Owner: o} }
+	type want struct {
+		plan publishPlan
+		err  string
+	}
+	cases := map[string]struct {
+		reason string
+		img    Image
+		want   want
+	}{
+		"Nothing": {
+			reason: "an empty pool: write our claim, then upload",
+			img:    Image{State: StateAbsent, Volume: vol},
+			want:   want{plan: publishPlan{WriteClaim: true}},
+		},
+		"PublishedByUs": {
+			reason: "already published by us: reuse it",
+			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: us, Marker: &Record{Owner: us}},
+			want:   want{plan: publishPlan{Reuse: true}},
+		},
+		"PublishedWithStaleClaim": {
+			reason: "a claim of ours left next to the published image goes",
+			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, HasClaim: true, Owner: us, Marker: &Record{Owner: us}, Claim: claim(us, RecordClaimed)},
+			want:   want{plan: publishPlan{Reuse: true, DropClaim: true}},
+		},
+		"PublishedByOther": {
+			reason: "an image another BaseImage published is refused",
+			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: them, Marker: &Record{Owner: them}},
+			want:   want{err: "belongs to BaseImage"},
+		},
+		"ClaimedByOther": {
+			reason: "an upload another BaseImage runs is never touched",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: them, Claim: claim(them, RecordClaimed)},
+			want:   want{err: "belongs to BaseImage"},
+		},
+		"DataWithoutRecord": {
+			reason: "data that no record names was not made by us",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true},
+			want:   want{err: "without an ownership record"},
+		},
+		"OurCutUpload": {
+			reason: "our cut upload: check users, delete the data, keep our claim",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: us, Claim: claim(us, RecordClaimed)},
+			want:   want{plan: publishPlan{CheckUsers: true, Delete: []string{vol}}},
+		},
+		"OurTornMarker": {
+			reason: "a torn marker of ours: delete marker and data, keep the claim",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasMarker: true, HasClaim: true, Owner: us, Claim: claim(us, RecordClaimed)},
+			want:   want{plan: publishPlan{CheckUsers: true, Delete: []string{MarkerName(vol), vol}}},
+		},
+		"OurCutRemoval": {
+			reason: "a removal of ours cut half-way: its claim is replaced by a fresh one",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: us, Claim: claim(us, RecordRemoving)},
+			want:   want{plan: publishPlan{CheckUsers: true, Delete: []string{vol, ClaimName(vol)}, WriteClaim: true}},
+		},
+		"TornClaimOnly": {
+			reason: "a torn claim without data guards nothing: replaced",
+			img:    Image{State: StateDebris, Volume: vol, HasClaim: true},
+			want:   want{plan: publishPlan{Delete: []string{ClaimName(vol)}, WriteClaim: true}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, err := planPublish(tc.img, us)
+			got := want{plan: p}
+			if err != nil {
+				got.err = err.Error()
+				if strings.Contains(got.err, tc.want.err) && tc.want.err != "" {
+					got.err = tc.want.err
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\nplanPublish(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestVerifyUpload(t *testing.T) {
+	sum := strings.Repeat("a", 64)
+	qcow := Source{URL: "https://x/i.qcow2", SHA256: sum, Format: FormatQCOW2}
+	cases := map[string]struct {
+		reason  string
+		src     Source
+		u       uploaded
+		virtual int64
+		err     string
+	}{
+		"Complete":        {reason: "all bytes, the digest, the file: the header's virtual size", src: qcow, u: uploaded{N: 10, Total: 10, Physical: 10, SHA256: sum, VirtualSize: 100}, virtual: 100},
+		"NoContentLength": {reason: "an unknown length is fine when the file holds every byte", src: qcow, u: uploaded{N: 10, Physical: 10, SHA256: sum, VirtualSize: 100}, virtual: 100},
+		"Raw":             {reason: "a raw image is as large as its bytes", src: Source{URL: "https://x/i.img", Format: FormatRaw}, u: uploaded{N: 10, Physical: 10, SHA256: sum}, virtual: 10},
+		"Short":           {reason: "fewer bytes than announced", src: qcow, u: uploaded{N: 9, Total: 10, Physical: 9, SHA256: sum}, err: "9"},
+		"WrongDigest":     {reason: "another image", src: qcow, u: uploaded{N: 10, Total: 10, Physical: 10, SHA256: strings.Repeat("b", 64)}, err: "sha256"},
+		"ShortOnDisk":     {reason: "the stream was complete but the file is not", src: qcow, u: uploaded{N: 10, Total: 10, Physical: 8, SHA256: sum}, err: "8"},
+		"UnverifiedRaw":   {reason: "no digest asked: the computed one is not compared", src: Source{URL: "https://x/i.img", Format: FormatRaw}, u: uploaded{N: 3, Physical: 3, SHA256: "c"}, virtual: 3},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			v, err := verifyUpload(tc.src, tc.src.URL, "vol", tc.u)
+			if tc.err == "" {
+				if err != nil || v != tc.virtual {
+					t.Errorf("%s\nverifyUpload() = %d, %v; want %d, nil", tc.reason, v, err, tc.virtual)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s\nverifyUpload() error %v, want one mentioning %q", tc.reason, err, tc.err)
+			}
+		})
+	}
+}
