@@ -142,13 +142,15 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		}
 	})
 
-	t.Run("RefusedSourceNamesTheRuleUntilTheConfigAllowsIt", func(t *testing.T) {
+	// (That a changed imageSources retries a refused source is a unit test,
+	// TestObserveFailedDownload: here it would wait out crossplane-runtime's 30 s creation
+	// grace period.)
+	t.Run("RefusedSourceNamesTheRule", func(t *testing.T) {
 		bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "images", Name: "refused"},
 			Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: other.URL + "/a.qcow2", SHA256: shaA}}}}
 		if err := kube.Create(ctx, bi); err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
 		testenv.Eventually(t, 2*time.Minute, "refusal reported", func() error {
 			if err := get(bi); err != nil {
 				return err
@@ -160,7 +162,6 @@ func TestBaseImageOnRealHost(t *testing.T) {
 			}
 			return nil
 		})
-		t.Logf("refusal reported in %v", time.Since(start).Round(time.Second))
 		vols, err := lv.Volumes(ctx, tb.Pool)
 		if err != nil {
 			t.Fatal(err)
@@ -170,23 +171,11 @@ func TestBaseImageOnRealHost(t *testing.T) {
 				t.Errorf("volume %s exists after a refusal", v.Name)
 			}
 		}
-		// Allowing the server in the config lets the same BaseImage publish: the refusal
-		// was the old policy's verdict.
-		start = time.Now()
-		env.AllowImageServer(t, "default", other.URL)
-		testenv.Eventually(t, 2*time.Minute, "BaseImage published once allowed", readyWith(bi, shaA))
-		t.Logf("published %v after the config allowed the server", time.Since(start).Round(time.Second))
-		start = time.Now()
+		// Deleting it waits out crossplane-runtime's creation grace period (30 s); nothing is
+		// on the host, so the test goes on meanwhile.
 		if err := kube.Delete(ctx, bi); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "refused BaseImage deleted", func() error {
-			if err := get(bi); !kerrors.IsNotFound(err) {
-				return fmt.Errorf("still present (%v)", err)
-			}
-			return nil
-		})
-		t.Logf("deleted in %v", time.Since(start).Round(time.Second))
 	})
 
 	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "images", Name: "debian"},
