@@ -174,20 +174,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 		return managed.ExternalObservation{}, err
 	}
 	if meta.WasDeleted(cr) {
-		owned, err := e.cache.Owned(ctx, pool, uid)
-		if err != nil {
-			return managed.ExternalObservation{}, errors.Wrap(err, errOwned)
-		}
-		exists := len(owned) > 0
-		for _, pv := range cr.Status.AtProvider.RetainedVolumes {
-			p, vol, _ := strings.Cut(pv, "/")
-			img, err := e.cache.LookupVolume(ctx, p, vol, uid)
-			if err != nil && !imagecache.IsOwnedByOther(err) {
-				return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
-			}
-			exists = exists || (err == nil && img.State != imagecache.StateAbsent)
-		}
-		return managed.ExternalObservation{ResourceExists: exists}, nil
+		return e.observeDeleting(ctx, cr, pool)
 	}
 
 	img, err := e.cache.Lookup(ctx, pool, src, uid)
@@ -212,7 +199,32 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: len(cr.Status.AtProvider.RetainedVolumes) == 0}, nil
 	}
 
-	// Absent or debris: an upload is running, has failed, or must (re)start.
+	return e.observeJob(cr, j)
+}
+
+// observeDeleting reports whether any volume of this BaseImage is left for Delete: those its
+// records name, and those it retained after a source change.
+func (e *external) observeDeleting(ctx context.Context, cr *v1alpha1.BaseImage, pool string) (managed.ExternalObservation, error) {
+	uid := string(cr.GetUID())
+	owned, err := e.cache.Owned(ctx, pool, uid)
+	if err != nil {
+		return managed.ExternalObservation{}, errors.Wrap(err, errOwned)
+	}
+	exists := len(owned) > 0
+	for _, pv := range cr.Status.AtProvider.RetainedVolumes {
+		p, vol, _ := strings.Cut(pv, "/")
+		img, err := e.cache.LookupVolume(ctx, p, vol, uid)
+		if err != nil && !imagecache.IsOwnedByOther(err) {
+			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+		}
+		exists = exists || (err == nil && img.State != imagecache.StateAbsent)
+	}
+	return managed.ExternalObservation{ResourceExists: exists}, nil
+}
+
+// observeJob observes an image that is absent or debris on the host: its upload is running,
+// has failed, or must (re)start.
+func (e *external) observeJob(cr *v1alpha1.BaseImage, j *job) (managed.ExternalObservation, error) {
 	switch {
 	case j == nil:
 		return managed.ExternalObservation{ResourceExists: false}, nil

@@ -143,6 +143,30 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 	return managed.ExternalCreation{}, nil
 }
 
+// resize puts new vcpu and memory into the persistent definition; a running guest sees them at
+// its next boot, and status.atProvider.restartPending says so.
+func (e *external) resize(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt.DomainInfo) error {
+	persistent, err := domainxml.SizeOf(d.InactiveXML)
+	if err != nil || persistent == wantSize(cr) {
+		return err
+	}
+	in, err := e.inputs(ctx, cr)
+	if err != nil {
+		return err
+	}
+	x, err := e.spec(cr, in, d.UUID)
+	if err != nil {
+		return err
+	}
+	if err := e.lv.DefineDomain(ctx, x); err != nil {
+		return err
+	}
+	if d.State == libvirt.StateRunning {
+		e.recorder.Event(cr, event.Normal(reasonRestartPending, "vcpu/memory changed: the new values apply at the guest's next restart"))
+	}
+	return nil
+}
+
 func (e *external) Update(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalUpdate, error) {
 	t := e.target(cr)
 	name := t.domain
@@ -161,27 +185,8 @@ func (e *external) Update(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 		return managed.ExternalUpdate{}, err
 	}
 
-	// vcpu and memory go into the persistent definition; a running guest sees them at its
-	// next boot, and status.atProvider.restartPending says so.
-	persistent, err := domainxml.SizeOf(d.InactiveXML)
-	if err != nil {
+	if err := e.resize(ctx, cr, d); err != nil {
 		return managed.ExternalUpdate{}, err
-	}
-	if persistent != wantSize(cr) {
-		in, err := e.inputs(ctx, cr)
-		if err != nil {
-			return managed.ExternalUpdate{}, err
-		}
-		x, err := e.spec(cr, in, d.UUID)
-		if err != nil {
-			return managed.ExternalUpdate{}, err
-		}
-		if err := e.lv.DefineDomain(ctx, x); err != nil {
-			return managed.ExternalUpdate{}, err
-		}
-		if d.State == libvirt.StateRunning {
-			e.recorder.Event(cr, event.Normal(reasonRestartPending, "vcpu/memory changed: the new values apply at the guest's next restart"))
-		}
 	}
 	if d.Autostart != want.Autostart {
 		if err := e.lv.SetAutostart(ctx, name, want.Autostart); err != nil {

@@ -24,7 +24,8 @@ import (
 // import the external name.
 func (e *external) observed(cr *v1alpha1.KVMDomain, t target) (string, error) {
 	n := meta.GetExternalName(cr)
-	if n == "" || n == t.domain {
+	if n == "" || n == t.domain || meta.WasDeleted(cr) {
+		// Deleting acts on what this resource derived, whatever the annotation says.
 		return t.domain, nil
 	}
 	switch {
@@ -76,10 +77,6 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	t := e.target(cr)
 	deleting := meta.WasDeleted(cr)
 	name, err := e.observed(cr, t)
-	if deleting {
-		// Deleting acts on what this resource derived, whatever the annotation says.
-		name, err = t.domain, nil
-	}
 	if err != nil {
 		return managed.ExternalObservation{}, err
 	}
@@ -90,23 +87,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 		imported, accessErr = e.access(d, cr)
 	}
 	if libvirt.IsNotFound(err) || (accessErr != nil && deleting) {
-		// A create that failed after the overlay was made leaves only the overlay; a domain of
-		// our name that is not ours is never ours to delete. While deleting, report our
-		// overlay (or its record) if it exists, so that Delete removes it.
-		if deleting && !observeOnly(cr) {
-			verr := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner)
-			if verr != nil && !ownership.IsNotOwned(verr) {
-				return managed.ExternalObservation{}, errors.Wrap(verr, errLookup)
-			}
-			return managed.ExternalObservation{ResourceExists: verr == nil}, nil
-		}
-		if deleting {
-			return managed.ExternalObservation{ResourceExists: false}, nil
-		}
-		if err := e.waitForInputs(ctx, cr); err != nil {
-			return managed.ExternalObservation{}, err
-		}
-		return managed.ExternalObservation{ResourceExists: false}, nil
+		return e.observeAbsent(ctx, cr, t)
 	}
 	if err != nil {
 		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
@@ -115,23 +96,15 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 		return managed.ExternalObservation{}, accessErr
 	}
 
-	at := &cr.Status.AtProvider
-	at.UUID, at.State = d.UUID, d.State
-	at.WaitingFor = ""
-	at.MACAddress = mac(cr)
-	at.OverlayVolume = t.overlay
-	if imported {
-		// An imported domain reports its own address and has no overlay of ours.
-		if at.MACAddress, err = domainxml.MACOf(d.XML); err != nil {
-			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
-		}
-		at.OverlayVolume = ""
+	if err := record(cr, t, d, imported); err != nil {
+		return managed.ExternalObservation{}, err
 	}
+	at := &cr.Status.AtProvider
 	if deleting {
 		return managed.ExternalObservation{ResourceExists: true}, nil
 	}
 
-	persistent, err := domainxml.SizeOf(d.InactiveXML)
+	persistent, live, err := sizes(d)
 	if err != nil {
 		return managed.ExternalObservation{}, err
 	}
@@ -143,10 +116,6 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	}
 	upToDate := upToDate(cr.Spec.ForProvider, d, persistent, grow)
 	running := d.State == libvirt.StateRunning
-	live, err := domainxml.SizeOf(d.XML)
-	if err != nil {
-		return managed.ExternalObservation{}, err
-	}
 	at.RestartPending = running && live != persistent
 
 	e.inputsChanged(ctx, cr, d)
@@ -160,6 +129,54 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
 		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
 	}}, nil
+}
+
+// sizes returns the vcpu and memory of d's persistent and live definitions.
+func sizes(d libvirt.DomainInfo) (persistent, live domainxml.Size, err error) {
+	if persistent, err = domainxml.SizeOf(d.InactiveXML); err != nil {
+		return persistent, live, err
+	}
+	live, err = domainxml.SizeOf(d.XML)
+	return persistent, live, err
+}
+
+// record writes what was found of d into status. An imported domain reports its own MAC and
+// has no overlay of ours.
+func record(cr *v1alpha1.KVMDomain, t target, d libvirt.DomainInfo, imported bool) error {
+	at := &cr.Status.AtProvider
+	at.UUID, at.State, at.WaitingFor = d.UUID, d.State, ""
+	at.MACAddress, at.OverlayVolume = mac(cr), t.overlay
+	if !imported {
+		return nil
+	}
+	m, err := domainxml.MACOf(d.XML)
+	if err != nil {
+		return errors.Wrap(err, errLookup)
+	}
+	at.MACAddress, at.OverlayVolume = m, ""
+	return nil
+}
+
+// observeAbsent observes a resource whose domain does not exist (or, while deleting, is not
+// ours). A create that failed after the overlay was made leaves only the overlay; a domain of
+// our name that is not ours is never ours to delete. While deleting, our overlay (or its
+// record) exists if it is there, so that Delete removes it. Otherwise the inputs are checked
+// before Create is asked for.
+func (e *external) observeAbsent(ctx context.Context, cr *v1alpha1.KVMDomain, t target) (managed.ExternalObservation, error) {
+	switch {
+	case meta.WasDeleted(cr) && observeOnly(cr):
+		return managed.ExternalObservation{ResourceExists: false}, nil
+	case meta.WasDeleted(cr):
+		verr := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner)
+		if verr != nil && !ownership.IsNotOwned(verr) {
+			return managed.ExternalObservation{}, errors.Wrap(verr, errLookup)
+		}
+		return managed.ExternalObservation{ResourceExists: verr == nil}, nil
+	}
+	if err := e.waitForInputs(ctx, cr); err != nil {
+		return managed.ExternalObservation{}, err
+	}
+	return managed.ExternalObservation{ResourceExists: false}, nil
 }
 
 // observeGuest finds the guest's address and runs the readiness probe. It never waits: what
@@ -216,21 +233,9 @@ func (e *external) inputsChanged(ctx context.Context, cr *v1alpha1.KVMDomain, d 
 		return
 	}
 	var changed []string
-	p := cr.Spec.ForProvider
-	if p.BaseImageName != nil && o.BaseVolume != "" {
-		base := &v1alpha1.BaseImage{}
-		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.BaseImageName}, base); err == nil &&
-			base.Status.AtProvider.VolumeName != "" && base.Status.AtProvider.VolumeName != o.BaseVolume {
-			changed = append(changed, fmt.Sprintf("BaseImage %s now publishes %s; this domain's overlay stays on %s until the KVMDomain is recreated",
-				*p.BaseImageName, base.Status.AtProvider.VolumeName, o.BaseVolume))
-		}
-	}
-	if p.SeedVolumeName != nil && o.SeedSHA256 != "" {
-		seed := &v1alpha1.SeedVolume{}
-		if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.SeedVolumeName}, seed); err == nil &&
-			seed.Status.AtProvider.ISOSHA256 != "" && seed.Status.AtProvider.ISOSHA256 != o.SeedSHA256 {
-			changed = append(changed, fmt.Sprintf("SeedVolume %s has new content since the domain was defined; the guest reads it at its next boot (cloud-init re-runs per-instance modules only for a new instance-id)",
-				*p.SeedVolumeName))
+	for _, c := range []string{e.baseChanged(ctx, cr, o), e.seedChanged(ctx, cr, o)} {
+		if c != "" {
+			changed = append(changed, c)
 		}
 	}
 	if len(changed) > 0 && len(cr.Status.AtProvider.InputsChanged) != len(changed) {
@@ -239,6 +244,36 @@ func (e *external) inputsChanged(ctx context.Context, cr *v1alpha1.KVMDomain, d 
 		}
 	}
 	cr.Status.AtProvider.InputsChanged = changed
+}
+
+// baseChanged says so when the BaseImage publishes another volume than the overlay backs onto.
+func (e *external) baseChanged(ctx context.Context, cr *v1alpha1.KVMDomain, o *domainxml.Owner) string {
+	p := cr.Spec.ForProvider
+	if p.BaseImageName == nil || o.BaseVolume == "" {
+		return ""
+	}
+	base := &v1alpha1.BaseImage{}
+	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.BaseImageName}, base); err != nil ||
+		base.Status.AtProvider.VolumeName == "" || base.Status.AtProvider.VolumeName == o.BaseVolume {
+		return ""
+	}
+	return fmt.Sprintf("BaseImage %s now publishes %s; this domain's overlay stays on %s until the KVMDomain is recreated",
+		*p.BaseImageName, base.Status.AtProvider.VolumeName, o.BaseVolume)
+}
+
+// seedChanged says so when the SeedVolume's content differs from the one the domain was defined with.
+func (e *external) seedChanged(ctx context.Context, cr *v1alpha1.KVMDomain, o *domainxml.Owner) string {
+	p := cr.Spec.ForProvider
+	if p.SeedVolumeName == nil || o.SeedSHA256 == "" {
+		return ""
+	}
+	seed := &v1alpha1.SeedVolume{}
+	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.SeedVolumeName}, seed); err != nil ||
+		seed.Status.AtProvider.ISOSHA256 == "" || seed.Status.AtProvider.ISOSHA256 == o.SeedSHA256 {
+		return ""
+	}
+	return fmt.Sprintf("SeedVolume %s has new content since the domain was defined; the guest reads it at its next boot (cloud-init re-runs per-instance modules only for a new instance-id)",
+		*p.SeedVolumeName)
 }
 
 func checkOwner(d libvirt.DomainInfo, cr *v1alpha1.KVMDomain) error {

@@ -214,32 +214,18 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 	if err := checkExternalName(cr, t); err != nil && !deleting {
 		return managed.ExternalObservation{}, err
 	}
+	if deleting {
+		return e.observeDeleting(ctx, cr, t)
+	}
 	vol, err := e.storage.Volume(ctx, t.pool, t.name)
 	if libvirt.IsNotFound(err) {
-		if deleting {
-			// A create cut short may have left our ownership record: Delete removes it.
-			verr := e.verify(ctx, t)
-			if verr != nil && !ownership.IsNotOwned(verr) {
-				return managed.ExternalObservation{}, verr
-			}
-			return managed.ExternalObservation{ResourceExists: verr == nil}, nil
-		}
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	}
 	if err != nil {
 		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
 	}
 	if err := e.verify(ctx, t); err != nil {
-		if deleting && ownership.IsNotOwned(err) {
-			// Never ours to delete: the resource goes, the volume stays.
-			e.recorder.Event(cr, event.Warning(reasonLeft, err))
-			return managed.ExternalObservation{ResourceExists: false}, nil
-		}
 		return managed.ExternalObservation{}, err
-	}
-	if deleting {
-		// Deleting: the volume exists and is ours, Delete removes it.
-		return managed.ExternalObservation{ResourceExists: true}, nil
 	}
 	want, err := e.build(ctx, cr)
 	if err != nil {
@@ -266,6 +252,25 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 		cr.SetConditions(xpv2.Available())
 	}
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
+}
+
+// observeDeleting reports whether anything of ours is left for Delete: the volume, or the
+// ownership record a create cut short left. A volume that is not ours is never ours to delete:
+// the resource goes, the volume stays.
+func (e *external) observeDeleting(ctx context.Context, cr *v1alpha1.SeedVolume, t target) (managed.ExternalObservation, error) {
+	_, err := e.storage.Volume(ctx, t.pool, t.name)
+	if err != nil && !libvirt.IsNotFound(err) {
+		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+	}
+	present := err == nil
+	verr := e.verify(ctx, t)
+	switch {
+	case verr != nil && !ownership.IsNotOwned(verr):
+		return managed.ExternalObservation{}, verr
+	case verr != nil && present:
+		e.recorder.Event(cr, event.Warning(reasonLeft, verr))
+	}
+	return managed.ExternalObservation{ResourceExists: verr == nil}, nil
 }
 
 func (e *external) Create(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalCreation, error) {
