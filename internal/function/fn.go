@@ -85,7 +85,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	return rsp, nil
 }
 
-func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error {
+func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) error { //nolint:gocyclo // one pass over the pipeline: read, validate, compose each resource, write back; each step only returns its error
 	oxr, err := request.GetObservedCompositeResource(req)
 	if err != nil {
 		return errors.Wrap(err, "cannot get the observed composite resource")

@@ -99,7 +99,7 @@ type Proxy struct {
 
 // Validate checks a ProxySpec and returns it defaulted. It reports every problem at once,
 // each naming the spec field, so a user can fix them in one go.
-func (s ProxySpec) Validate() (Proxy, error) {
+func (s ProxySpec) Validate() (Proxy, error) { //nolint:gocyclo // a flat list of independent field checks that collects every message; splitting it would scatter the API rules
 	var errs []error
 	bad := func(field, format string, a ...any) {
 		errs = append(errs, errors.Errorf("spec.%s: %s", field, fmt.Sprintf(format, a...)))

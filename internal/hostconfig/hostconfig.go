@@ -70,7 +70,7 @@ func (r *Resolved) ImportsAllowed(namespace string) bool {
 }
 
 // Resolve reads the config that mg references and the Secrets it names.
-func Resolve(ctx context.Context, c client.Reader, mg resource.ModernManaged) (*Resolved, error) {
+func Resolve(ctx context.Context, c client.Reader, mg resource.ModernManaged) (*Resolved, error) { //nolint:gocyclo // both config kinds and each Secret read in sequence; each step only returns its error
 	ref := mg.GetProviderConfigReference()
 	if ref == nil || ref.Name == "" {
 		return nil, errors.New(errNoRef)

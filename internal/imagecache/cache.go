@@ -154,7 +154,7 @@ func (c *Cache) LookupVolume(ctx context.Context, pool, volume, ownerUID string)
 
 // lookup reads the state of volume: three volume lookups, at most two
 // record downloads of a few hundred bytes and one stat.
-func (c *Cache) lookup(ctx context.Context, pool, volume string) (Image, error) {
+func (c *Cache) lookup(ctx context.Context, pool, volume string) (Image, error) { //nolint:gocyclo // classifies the three volumes of the protocol in one place, the doc comment of the package names every case
 	img := Image{Pool: pool, Volume: volume}
 	dv, err := c.lv.Volume(ctx, pool, volume)
 	switch {
@@ -356,7 +356,7 @@ func (c *Cache) bestEffortDelete(ctx context.Context, pool string, names ...stri
 // Errors: IsOwnedByOther when the volume belongs to another owner;
 // IsDigestMismatch, IsFormatError (terminal, see IsTerminal); anything else
 // is worth retrying.
-func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owner, progress ProgressFunc) (Result, error) {
+func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owner, progress ProgressFunc) (Result, error) { //nolint:gocyclo // planPublish holds the decisions; what is left is the steps of the protocol, each returning its error
 	if err := src.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -442,7 +442,7 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 
 // upload downloads src into a new data volume vol, verifies it, refreshes
 // the pool and writes the marker.
-func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner Owner, progress ProgressFunc) (Result, error) {
+func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner Owner, progress ProgressFunc) (Result, error) { //nolint:gocyclo // verifyUpload holds the decisions; what is left is the steps of the upload, each returning its error
 	shownURL := redactURL(src.URL)
 	pctx, stalled, cancel := withStall(ctx)
 	defer cancel()
@@ -580,7 +580,7 @@ func (c *Cache) sourceFailure(ctx, pctx context.Context, srcErr error, shownURL,
 // and claim. A volume already gone is success. It fails with IsOwnedByOther
 // when another owner's record names it, and with IsInUse while a volume in
 // any active pool backs onto it or a domain's disk uses it.
-func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) error {
+func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) error { //nolint:gocyclo // the removal protocol step by step (claim, unpublish, re-check users, delete), each returning its error
 	if !IsVolumeName(volume) {
 		return errors.Errorf(errNotOurs, volume)
 	}

@@ -144,7 +144,7 @@ func New(p v1alpha1.ImageSourcePolicy) (*Policy, error) {
 	return pol, nil
 }
 
-func compile(name string, r v1alpha1.ImageSourceRule) (rule, error) {
+func compile(name string, r v1alpha1.ImageSourceRule) (rule, error) { //nolint:gocyclo // one check per field of a rule, in the order of the API type
 	var (
 		cr    rule
 		parts []string
@@ -258,7 +258,7 @@ type dest struct {
 	bare string // cleanPath alone
 }
 
-func (r *rule) match(d *dest) match {
+func (r *rule) match(d *dest) match { //nolint:gocyclo // every field of a rule must match; one test per field
 	if r.host != "" {
 		switch {
 		case r.wildcard && !strings.HasSuffix(d.host, "."+r.host):
@@ -300,7 +300,7 @@ func (r *rule) lifts(ip netip.Addr, b netip.Prefix) bool {
 }
 
 // Check decides whether the download may go to t.
-func (p *Policy) Check(t Target) Decision {
+func (p *Policy) Check(t Target) Decision { //nolint:gocyclo // the precedence of the policy (deny, allow, built-in, allow-list) read top to bottom, as its doc comment states it
 	d := &dest{u: t.URL, ip: t.IP, port: t.Port}
 	if t.URL != nil {
 		d.host = hostOf(t.URL)
