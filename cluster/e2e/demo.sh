@@ -2,15 +2,16 @@
 # shellcheck source-path=SCRIPTDIR
 # demo.sh up|down|status -- make demo / make demo-down (see docs/e2e.md).
 #
-#   up      the bring-up of make e2e (lib.sh), then one Proxy demo/squid that caches its own
-#           image; waits until it is Ready, prints how to use it and leaves everything running.
-#           Run again while the demo is up, it only prints the usage.
+#   up      the processes of make e2e (lib.sh), then TestDemo (cluster/e2e/e2etest): the
+#           installation and one Proxy demo/squid that caches its own image; it waits until the
+#           Proxy is Ready, prints how to use it and leaves everything running. Run again while
+#           the demo is up, it only checks the Proxy and prints the usage.
 #   down    deletes the demo's Proxy through Kubernetes (the provider removes the VM and its
-#           volumes), stops every process the demo started by its recorded PID, then checks
-#           with virsh that nothing of namespace demo is left (and removes it if it is). After
+#           volumes), stops every process the demo started by its recorded PID, then removes
+#           whatever of namespace demo is still on the test bed (saying so). After
 #           `KEEP_ON_FAILURE=1 make e2e` it does the same for team-a and team-b.
 #   status  the recorded processes and the Proxy.
-# Env: as run.sh (VCPUS, MEM_MIB, GUEST_TIMEOUT, POLL, E2E_WORK).
+# Env: as run.sh (VCPUS, MEM_MIB, GUEST_TIMEOUT, DELETE_TIMEOUT, POLL, E2E_WORK).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOG_TAG=demo
@@ -23,7 +24,8 @@ if [[ $cmd != __inner ]]; then
 	up)
 		log "make demo: preflight (binaries, packages, image, test bed)"
 		preflight ;;
-	down | status) ;;
+	down | status)
+		[[ -x $E2E_TEST ]] || build_e2etest ;;
 	*)
 		sed -n '3,14p' "$0" >&2
 		exit 2 ;;
@@ -33,29 +35,7 @@ if [[ $cmd != __inner ]]; then
 fi
 cmd=$2
 inside_netns || die "demo.sh __inner must run inside the test bed's network namespace"
-
-usage() {
-	local url
-	url=$(k -n demo get secret squid-proxy -o jsonpath='{.data.url}' 2>/dev/null | base64 -d || true)
-	cat <<EOF
-
-The demo is running: Proxy demo/squid is Ready (a squid VM on the test bed, booted under TCG).
-Everything lives in network namespace ${TESTBED_NETNS}; the guest network is reachable only there.
-
-  # kubectl against the demo's API server (runs kubectl $("$KUBECTL" version --client | head -n1 | awk '{print $3}') inside the namespace):
-  cluster/e2e/kubectl.sh -n demo get proxy squid
-  cluster/e2e/kubectl.sh -n demo get seedvolumes,kvmdomains,baseimages,secrets
-  cluster/e2e/kubectl.sh -n demo get secret squid-proxy -o jsonpath='{.data.url}' | base64 -d
-
-  # use the proxy (the Secret's url: ${url:-unknown}):
-  ip netns exec ${TESTBED_NETNS} curl -sS -o /dev/null -w '%{http_code}\\n' -x ${url:-http://IP:3128} ${PROBE_URL:-http://192.168.122.1:$ORIGIN_PORT/}
-
-  # the VM on the host:
-  virsh -c qemu:///system list --all        (domain demo_squid)
-
-Logs: $LOGS    Stop and clean up: make demo-down
-EOF
-}
+export E2E_DEMO=1
 
 case $cmd in
 status)
@@ -72,33 +52,17 @@ down)
 	flock -n 8 || die "make e2e or make demo is running (holds $WORK.lock)"
 	# Also cleans up after `KEEP_ON_FAILURE=1 make e2e` (mode e2e: namespaces team-a, team-b).
 	mode=$(cat "$WORK/mode" 2>/dev/null || true)
-	nss=(demo)
-	[[ $mode != e2e ]] || nss=(team-a team-b)
-	if [[ -n $mode ]] && k get --raw /readyz >/dev/null 2>&1 && alive provider; then
-		log "deleting the Proxies and claims of ${nss[*]} through Kubernetes"
-		for ns in "${nss[@]}"; do
-			k -n "$ns" delete proxyclaims.platform.kvm.crossplane.io,proxies.platform.kvm.crossplane.io --all --wait=false >/dev/null 2>&1 || true
-		done
-		wait_for "their managed resources to be deleted" "$DELETE_TIMEOUT" \
-			bash -c "[[ -z \$('$KUBECTL' get kvmdomains.kvm.crossplane.io,seedvolumes.kvm.crossplane.io -A -o name) ]]" ||
-			warn "managed resources are still there"
-		for ns in "${nss[@]}"; do
-			k -n "$ns" delete baseimages.kvm.crossplane.io --all --wait=false >/dev/null 2>&1 || true
-		done
-		wait_for "the test bed to hold nothing of ${nss[*]}" 300 host_clean "${nss[@]}" || true
+	nss=demo
+	[[ $mode != e2e ]] || nss=team-a,team-b
+	if [[ -n $mode ]] && alive provider; then
+		e2etest -e2e.teardown="$nss" || warn "deleting through Kubernetes did not finish"
 	else
-		log "no running control plane: skipping the deletion through Kubernetes"
+		log "no running provider: skipping the deletion through Kubernetes"
 	fi
 	stop_all
-	left=$(libvirt_objects "${nss[@]}")
-	if [[ -n $left ]]; then
-		warn "left on the test bed (removing with virsh):"$'\n'"$left"
-		force_clean "${nss[@]}"
-	fi
-	left=$(libvirt_objects "${nss[@]}")
-	[[ -z $left ]] || die "still on the test bed: $left"
+	e2etest -e2e.clean="$nss" || die "still on the test bed (see above)"
 	rm -f "$WORK/mode"
-	log "stopped; nothing of ${nss[*]} is left on the test bed (logs kept in $LOGS)"
+	log "stopped; nothing of ${nss/,/ and } is left on the test bed (logs kept in $LOGS)"
 	exit 0 ;;
 esac
 
@@ -106,31 +70,26 @@ esac
 exec 8>"$WORK.lock"
 flock -n 8 || die "make e2e or make demo is running (holds $WORK.lock)"
 if any_running; then
-	if [[ $(cat "$WORK/mode" 2>/dev/null || true) == demo ]]; then
-		PROBE_URL=$(cat "$WORK/probe-url" 2>/dev/null || true)
-		log "the demo is already up"
-		usage
-		exit 0
-	fi
-	die "processes of a make e2e run are still recorded in $PIDS; make demo-down stops them"
+	[[ $(cat "$WORK/mode" 2>/dev/null || true) == demo ]] ||
+		die "processes of a make e2e run are still recorded in $PIDS; make demo-down stops them"
+	e2etest -test.count=1 -test.run='^TestDemo$' >"$LOGS/demo-again.log" 2>&1 ||
+		{ cat "$LOGS/demo-again.log" >&2; die "the demo is up, but its Proxy is not well (see above)"; }
+	grep -v -E '^(PASS|ok )' "$LOGS/demo-again.log"
+	exit 0
 fi
 fresh_work
 echo demo >"$WORK/mode"
-: >"$TIMELINE"
-OK=0
+OK=0 TESTED=0
 T_START=$(now)
 on_exit() {
 	local rc=$?
 	set +e
 	trap - EXIT INT TERM
 	[[ $OK == 1 ]] && exit 0
-	diagnose
-	if k get --raw /readyz >/dev/null 2>&1 && alive provider; then
-		k -n demo delete proxies.platform.kvm.crossplane.io --all --wait=false >/dev/null 2>&1
-		wait_for "the test bed to be clean" 240 host_clean demo
-	fi
+	# TestDemo prints its own diagnostics and deletes its Proxy through Kubernetes.
+	[[ $TESTED == 1 ]] || e2etest -e2e.diagnose
 	stop_all
-	[[ -z $(libvirt_objects demo) ]] || force_clean demo
+	e2etest -e2e.clean=demo
 	rm -f "$WORK/mode"
 	log "FAIL after $(elapsed "$T_START")s; logs in $LOGS"
 	exit $((rc == 0 ? 1 : rc))
@@ -138,19 +97,10 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT TERM
 
-left=$(libvirt_objects demo)
-if [[ -n $left ]]; then
-	warn "the test bed holds objects of an earlier demo (removing them):"$'\n'"$left"
-	force_clean demo
-fi
+# Leftovers of an earlier demo.
+e2etest -e2e.clean=demo || die "cannot clean the test bed of an earlier demo's objects"
 log "bringing up the control plane inside netns $TESTBED_NETNS (work dir $WORK)"
 bring_up
-echo "$PROBE_URL" >"$WORK/probe-url"
-log "creating Proxy demo/squid (caches the guest image from $IMAGE_URL_DEMO, then boots it; several minutes under TCG)"
-t=$(now)
-apply "$MANIFESTS/demo.yaml"
-watch demo proxies.platform.kvm.crossplane.io squid crossplane.io/composite=squid "$t" demo/squid
-check_endpoint demo/squid demo squid-proxy -n demo get proxies.platform.kvm.crossplane.io squid
+TESTED=1
+e2etest -test.v -test.count=1 -test.timeout=30m -test.run='^TestDemo$'
 OK=1
-log "demo up in $(elapsed "$T_START")s (Proxy created -> Ready: $(elapsed "$t")s)"
-usage

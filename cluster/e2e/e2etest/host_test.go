@@ -1,0 +1,296 @@
+//go:build e2e
+
+package e2etest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+	"libvirt.org/go/libvirtxml"
+)
+
+// nvramDir is where libvirt keeps the UEFI variable stores of the domains.
+const nvramDir = "/var/lib/libvirt/qemu/nvram"
+
+// host is the test's own view of the test bed's libvirtd: the local socket, not the
+// provider's SSH connection.
+type host struct {
+	mu   sync.Mutex
+	l    *libvirt.Libvirt
+	pool string
+}
+
+func dialHost(cfg config) (*host, error) {
+	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(cfg.LibvirtSocket), dialers.WithLocalTimeout(10*time.Second)))
+	if err := l.ConnectToURI(libvirt.ConnectURI(cfg.LibvirtURI)); err != nil {
+		return nil, fmt.Errorf("libvirt at %s: %w", cfg.LibvirtSocket, err)
+	}
+	return &host{l: l, pool: cfg.Pool}, nil
+}
+
+func (h *host) close() { _ = h.l.Disconnect() }
+
+// object is a domain, a volume of the test bed's pool or an NVRAM file.
+type object struct{ Kind, Name string }
+
+func (o object) String() string { return o.Kind + " " + o.Name }
+
+func objectList(objs []object) string {
+	s := make([]string, len(objs))
+	for i, o := range objs {
+		s[i] = o.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// domains is the set of defined domain names.
+func (h *host) domains() (map[string]bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ds, _, err := h.l.ConnectListAllDomains(1, libvirt.ConnectListDomainsActive|libvirt.ConnectListDomainsInactive)
+	if err != nil {
+		return nil, fmt.Errorf("listing domains: %w", err)
+	}
+	out := map[string]bool{}
+	for _, d := range ds {
+		out[d.Name] = true
+	}
+	return out, nil
+}
+
+// volumes is the set of volume names in the test bed's pool.
+func (h *host) volumes() (map[string]bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, err := h.l.StoragePoolLookupByName(h.pool)
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", h.pool, err)
+	}
+	vs, _, err := h.l.StoragePoolListAllVolumes(p, 1, 0)
+	if err != nil {
+		return nil, fmt.Errorf("listing the volumes of pool %s: %w", h.pool, err)
+	}
+	out := map[string]bool{}
+	for _, v := range vs {
+		out[v.Name] = true
+	}
+	return out, nil
+}
+
+// baseVolumes are the BaseImages' volumes on the host (pkvm-base-*; their claim and marker
+// volumes are pkvm-* too).
+func (h *host) baseVolumes() (map[string]bool, error) {
+	vs, err := h.volumes()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for v := range vs {
+		if strings.HasPrefix(v, "pkvm-") {
+			out[v] = true
+		}
+	}
+	return out, nil
+}
+
+// leftovers lists what the host holds of these namespaces (domains and volumes named
+// <ns>_..., NVRAM files <ns>_...) and every pkvm-* volume not in keep.
+func (h *host) leftovers(namespaces []string, keep map[string]bool) ([]object, error) {
+	ours := func(name string) bool {
+		for _, ns := range namespaces {
+			if strings.HasPrefix(name, ns+"_") {
+				return true
+			}
+		}
+		return false
+	}
+	var out []object
+	ds, err := h.domains()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range sortedKeys(ds) {
+		if ours(d) {
+			out = append(out, object{"domain", d})
+		}
+	}
+	vs, err := h.volumes()
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range sortedKeys(vs) {
+		if ours(v) || (strings.HasPrefix(v, "pkvm-") && !keep[v]) {
+			out = append(out, object{"volume", v})
+		}
+	}
+	entries, _ := os.ReadDir(nvramDir)
+	for _, en := range entries {
+		if ours(en.Name()) {
+			out = append(out, object{"nvram", filepath.Join(nvramDir, en.Name())})
+		}
+	}
+	return out, nil
+}
+
+// domainObjects are a domain's volumes (overlay, seed) and NVRAM file, read from its
+// definition while it exists, and the domain itself.
+func (h *host) domainObjects(name string) ([]object, error) {
+	h.mu.Lock()
+	d, err := h.l.DomainLookupByName(name)
+	var x string
+	if err == nil {
+		x, err = h.l.DomainGetXMLDesc(d, 0)
+	}
+	h.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("domain %s on the test bed: %w", name, err)
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(x); err != nil {
+		return nil, fmt.Errorf("domain %s: %w", name, err)
+	}
+	var out []object
+	if dom.Devices != nil {
+		for _, disk := range dom.Devices.Disks {
+			if disk.Source != nil && disk.Source.Volume != nil {
+				out = append(out, object{"volume", disk.Source.Volume.Volume})
+			}
+		}
+	}
+	if dom.OS != nil && dom.OS.NVRam != nil && dom.OS.NVRam.NVRam != "" {
+		out = append(out, object{"nvram", dom.OS.NVRam.NVRam})
+	}
+	return append(out, object{"domain", name}), nil
+}
+
+// present returns those of objs that still exist.
+func (h *host) present(objs []object) ([]object, error) {
+	ds, err := h.domains()
+	if err != nil {
+		return nil, err
+	}
+	vs, err := h.volumes()
+	if err != nil {
+		return nil, err
+	}
+	var out []object
+	for _, o := range objs {
+		switch o.Kind {
+		case "domain":
+			if ds[o.Name] {
+				out = append(out, o)
+			}
+		case "volume":
+			if vs[o.Name] {
+				out = append(out, o)
+			}
+		case "nvram":
+			if _, err := os.Stat(o.Name); err == nil {
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}
+
+// remove destroys and undefines the domains, deletes the volumes and files: only for what
+// deleting through Kubernetes did not remove (or could not, without a provider).
+func (h *host) remove(objs []object) []error {
+	var errs []error
+	sort.SliceStable(objs, func(i, j int) bool { return objs[i].Kind == "domain" && objs[j].Kind != "domain" })
+	for _, o := range objs {
+		var err error
+		switch o.Kind {
+		case "domain":
+			h.mu.Lock()
+			var d libvirt.Domain
+			if d, err = h.l.DomainLookupByName(o.Name); err == nil {
+				_ = h.l.DomainDestroy(d)
+				if err = h.l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram); err != nil {
+					err = h.l.DomainUndefineFlags(d, 0)
+				}
+			}
+			h.mu.Unlock()
+		case "volume":
+			h.mu.Lock()
+			var p libvirt.StoragePool
+			var v libvirt.StorageVol
+			if p, err = h.l.StoragePoolLookupByName(h.pool); err == nil {
+				if v, err = h.l.StorageVolLookupByName(p, o.Name); err == nil {
+					err = h.l.StorageVolDelete(v, libvirt.StorageVolDeleteNormal)
+				}
+			}
+			h.mu.Unlock()
+		case "nvram":
+			err = os.Remove(o.Name)
+			if os.IsNotExist(err) {
+				err = nil
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", o, err))
+		}
+	}
+	return errs
+}
+
+// bridgeIP is the first IPv4 address of the libvirt network (the guests' gateway, where the
+// 204 origin listens).
+func (h *host) bridgeIP(network string) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, err := h.l.NetworkLookupByName(network)
+	if err != nil {
+		return "", fmt.Errorf("libvirt network %s: %w", network, err)
+	}
+	x, err := h.l.NetworkGetXMLDesc(n, 0)
+	if err != nil {
+		return "", err
+	}
+	var nx libvirtxml.Network
+	if err := nx.Unmarshal(x); err != nil {
+		return "", err
+	}
+	for _, ip := range nx.IPs {
+		if ip.Family == "" || ip.Family == "ipv4" {
+			return ip.Address, nil
+		}
+	}
+	return "", fmt.Errorf("libvirt network %s has no IPv4 address", network)
+}
+
+// cleanMain is -e2e.clean: remove what is left of the namespaces (and any base image volume)
+// on the test bed, saying what; exit 1 when something could not be removed.
+func cleanMain(namespaces []string) int {
+	cfg := loadConfig()
+	h, err := dialHost(cfg)
+	if err != nil {
+		warnf("%v", err)
+		return 1
+	}
+	defer h.close()
+	left, err := h.leftovers(namespaces, nil)
+	if err != nil {
+		warnf("%v", err)
+		return 1
+	}
+	if len(left) == 0 {
+		return 0
+	}
+	warnf("the test bed holds objects of %s (removing them with libvirt calls):\n%s", strings.Join(namespaces, ", "), indent(strings.ReplaceAll(objectList(left), ", ", "\n"), "  "))
+	for _, err := range h.remove(left) {
+		warnf("%v", err)
+	}
+	if left, err = h.leftovers(namespaces, nil); err != nil || len(left) > 0 {
+		warnf("still on the test bed: %s %v", objectList(left), err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,237 @@
+//go:build e2e
+
+package e2etest
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+)
+
+// watch polls every second until the XR (or claim) u is Ready, noting in the timeline when
+// each composed resource becomes Ready, when the KVMDomain is defined and started and gets
+// its address, when the Secret appears, and logging its phases. It fails after GUEST_TIMEOUT.
+func (e *env) watch(ctx context.Context, u *unstructured.Unstructured, composite, label string, t0 time.Time) error {
+	ns, seen, lastPhase := u.GetNamespace(), map[string]bool{}, ""
+	e.tl.column(label)
+	note := func(key, event string, at time.Time, detail string) {
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		e.tl.add(label, event, secs(at.Sub(t0)))
+		if detail != "" {
+			detail = " (" + detail + ")"
+		}
+		logf("  %s +%ss: %s%s", label, secs(at.Sub(t0)), event, detail)
+	}
+	sel := client.MatchingLabels{"crossplane.io/composite": composite}
+	scan := func(ctx context.Context, at time.Time) {
+		svs := &v1alpha1.SeedVolumeList{}
+		if e.c.List(ctx, svs, client.InNamespace(ns), sel) == nil {
+			for i := range svs.Items {
+				if svs.Items[i].GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue {
+					note("SeedVolume/"+svs.Items[i].Name, evSeedReady, at, "")
+				}
+			}
+		}
+		bis := &v1alpha1.BaseImageList{}
+		if e.c.List(ctx, bis, client.InNamespace(ns), sel) == nil {
+			for i := range bis.Items {
+				if bis.Items[i].GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue {
+					note("BaseImage/"+bis.Items[i].Name, evBaseImageReady, at, "")
+				}
+			}
+		}
+		ds := &v1alpha1.KVMDomainList{}
+		if e.c.List(ctx, ds, client.InNamespace(ns), sel) == nil {
+			for i := range ds.Items {
+				d := &ds.Items[i]
+				// Defined and started on the host: the time crossplane-runtime recorded
+				// (1 s resolution).
+				if created := meta.GetExternalCreateSucceeded(d); !created.IsZero() {
+					note("KVMDomain/"+d.Name+"/created", evStarted, created, "")
+				}
+				if ip := d.Status.AtProvider.IPv4; ip != "" {
+					note("KVMDomain/"+d.Name+"/ip", evAddress, at, ip)
+				}
+				if d.GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue {
+					note("KVMDomain/"+d.Name, evDomainReady, at, "")
+				}
+			}
+		}
+		ss := &corev1.SecretList{}
+		if e.c.List(ctx, ss, client.InNamespace(ns), sel) == nil {
+			for i := range ss.Items {
+				note("Secret/"+ss.Items[i].Name, evSecret, at, ss.Items[i].Name)
+			}
+		}
+	}
+	var phase, synced string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, e.cfg.GuestTimeout-time.Since(t0), true, func(ctx context.Context) (bool, error) {
+		at := time.Now()
+		scan(ctx, at)
+		cur := &unstructured.Unstructured{}
+		cur.SetGroupVersionKind(u.GroupVersionKind())
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
+			return false, nil
+		}
+		phase, _, _ = unstructured.NestedString(cur.Object, "status", "phase")
+		synced = string(unstructuredCondition(cur, xpv2.TypeSynced).Status)
+		if phase != "" && phase != lastPhase {
+			why := ""
+			if phase == "Error" {
+				ds := &v1alpha1.KVMDomainList{}
+				if e.c.List(ctx, ds, client.InNamespace(ns), sel) == nil && len(ds.Items) > 0 {
+					why = ": KVMDomain " + truncate(ds.Items[0].GetCondition(xpv2.TypeSynced).Message, 160)
+				}
+			}
+			logf("  %s +%ss: phase %s (Synced=%s)%s", label, secs(at.Sub(t0)), phase, orQ(synced), why)
+			lastPhase = phase
+		}
+		if unstructuredCondition(cur, xpv2.TypeReady).Status != corev1.ConditionTrue {
+			return false, nil
+		}
+		// The XR was read after the composed resources: a KVMDomain that became Ready in
+		// between would otherwise be missing from the timeline.
+		scan(ctx, at)
+		note("xr", evProxyReady, at, fmt.Sprintf("%s %s/%s", cur.GetKind(), ns, u.GetName()))
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s is not Ready after %s (phase %s, Synced=%s)", label, e.cfg.GuestTimeout, orDefault(phase, "none"), orQ(synced))
+	}
+	return nil
+}
+
+// checkEndpoint: Secret ns/secret holds url, host and port that agree with each other and
+// with the status.url of obj (the Proxy or the claim), and the proxy at url forwards a
+// request for the 204 origin (as curl -x does, from inside the namespace).
+func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *unstructured.Unstructured) error {
+	data, err := e.secretData(ctx, ns, secret)
+	if err != nil {
+		return fmt.Errorf("%s: %w", label, err)
+	}
+	u, h, p := string(data["url"]), string(data["host"]), string(data["port"])
+	if u == "" || h == "" || p == "" {
+		return fmt.Errorf("%s: Secret %s/%s lacks url, host or port (has %v)", label, ns, secret, sortedKeys(data))
+	}
+	if u != "http://"+h+":"+p {
+		return fmt.Errorf("%s: Secret %s/%s: url %s does not match host %s and port %s", label, ns, secret, u, h, p)
+	}
+	if p != "3128" {
+		return fmt.Errorf("%s: Secret %s/%s: port %s, want 3128", label, ns, secret, p)
+	}
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(obj.GroupVersionKind())
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+		return fmt.Errorf("%s: %w", label, err)
+	}
+	if su, _, _ := unstructured.NestedString(cur.Object, "status", "url"); su != u {
+		return fmt.Errorf("%s: status.url %q differs from the Secret's %s", label, su, u)
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		return fmt.Errorf("%s: Secret %s/%s: url %q: %w", label, ns, secret, u, err)
+	}
+	code, err := httpGet(ctx, pu, e.probeURL, 20*time.Second)
+	if code != 204 {
+		return fmt.Errorf("%s: GET %s through proxy %s answered %d (%v), want 204", label, e.probeURL, u, code, err)
+	}
+	logf("  %s: Secret %s/%s url=%s host=%s port=%s; GET %s through %s -> 204", label, ns, secret, u, h, p, e.probeURL, u)
+	return nil
+}
+
+// composedLeft lists the managed resources and Secrets of XR composite still in the API.
+func (e *env) composedLeft(ctx context.Context, ns, composite string) ([]string, error) {
+	sel := client.MatchingLabels{"crossplane.io/composite": composite}
+	var out []string
+	for _, l := range []client.ObjectList{&v1alpha1.SeedVolumeList{}, &v1alpha1.KVMDomainList{}, &v1alpha1.BaseImageList{}, &corev1.SecretList{}} {
+		if err := e.c.List(ctx, l, client.InNamespace(ns), sel); err != nil {
+			return nil, err
+		}
+		out = append(out, names(l)...)
+	}
+	return out, nil
+}
+
+// managedLeft lists the managed resources (of kinds) left in the namespaces.
+func (e *env) managedLeft(ctx context.Context, namespaces []string, lists ...func() client.ObjectList) ([]string, error) {
+	var out []string
+	for _, ns := range namespaces {
+		for _, mk := range lists {
+			l := mk()
+			if err := e.c.List(ctx, l, client.InNamespace(ns)); err != nil {
+				return nil, err
+			}
+			out = append(out, names(l)...)
+		}
+	}
+	return out, nil
+}
+
+// names are "Kind ns/name" of a list's items.
+func names(l client.ObjectList) []string {
+	var out []string
+	switch l := l.(type) {
+	case *v1alpha1.SeedVolumeList:
+		for _, o := range l.Items {
+			out = append(out, "SeedVolume "+o.Namespace+"/"+o.Name)
+		}
+	case *v1alpha1.KVMDomainList:
+		for _, o := range l.Items {
+			out = append(out, "KVMDomain "+o.Namespace+"/"+o.Name)
+		}
+	case *v1alpha1.BaseImageList:
+		for _, o := range l.Items {
+			out = append(out, "BaseImage "+o.Namespace+"/"+o.Name)
+		}
+	case *corev1.SecretList:
+		for _, o := range l.Items {
+			out = append(out, "Secret "+o.Namespace+"/"+o.Name)
+		}
+	case *unstructured.UnstructuredList:
+		for _, o := range l.Items {
+			out = append(out, o.GetKind()+" "+joinNS(o.GetNamespace(), o.GetName()))
+		}
+	}
+	return out
+}
+
+func joinNS(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+func seedVolumes() client.ObjectList { return &v1alpha1.SeedVolumeList{} }
+func kvmDomains() client.ObjectList  { return &v1alpha1.KVMDomainList{} }
+func baseImages() client.ObjectList  { return &v1alpha1.BaseImageList{} }
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func orQ(s string) string { return orDefault(s, "?") }
