@@ -169,6 +169,10 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 	aSeedVol := names.SeedVolume(teamA, "seed", string(aSeed.GetUID()))
 	aOverlay := names.Overlay(teamA, "vm", string(aVM.GetUID()))
 	aDomain := names.Domain(teamA, "vm")
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(aBase), aBase); err != nil {
+		t.Fatal(err)
+	}
+	aBaseVol := aBase.Status.AtProvider.VolumeName
 	// What team-a has on the host, byte for byte.
 	snapshot := func() map[string]string {
 		return map[string]string{
@@ -177,6 +181,7 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 			"overlay":        fileSum(t, filepath.Join(tb.PoolDir, aOverlay)),
 			"overlay record": fileSum(t, filepath.Join(tb.PoolDir, ownership.RecordVolume(aOverlay))),
 			"domain xml":     virsh(t, "dumpxml", "--inactive", aDomain),
+			"base image":     fileSum(t, filepath.Join(tb.PoolDir, aBaseVol)),
 		}
 	}
 	before := snapshot()
@@ -236,6 +241,17 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 		}
 		refused(t, kube, hijack, "is not this KVMDomain's domain name")
 		gone(t, kube, hijack)
+	})
+
+	t.Run("BaseImageWithAnotherTeamsExternalName", func(t *testing.T) {
+		steal := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: teamB, Name: "steal",
+			Annotations: map[string]string{meta.AnnotationKeyExternalName: aBaseVol}},
+			Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: internal.URL + "/other.qcow2"}}}}
+		if err := kube.Create(ctx, steal); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, kube, steal, "is not the name of this BaseImage's volume")
+		gone(t, kube, steal)
 	})
 
 	t.Run("BaseImageFromAnInternalService", func(t *testing.T) {

@@ -299,6 +299,35 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		}
 	})
 
+	t.Run("DiskGrowsWhileRunning", func(t *testing.T) {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+			t.Fatal(err)
+		}
+		vm.Spec.ForProvider.DiskSizeGiB = ptr(int32(3))
+		if err := kube.Update(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		overlay := vm.Status.AtProvider.OverlayVolume
+		testenv.Eventually(t, time.Minute, "overlay grown to 3 GiB", func() error {
+			info := virsh(t, "vol-info", "--bytes", "--pool", tb.Pool, overlay)
+			if !strings.Contains(info, fmt.Sprintf("%d bytes", 3<<30)) {
+				return fmt.Errorf("vol-info: %s", info)
+			}
+			return nil
+		})
+		// QEMU, which holds the image open, resized it and the guest sees it: the running
+		// domain's disk reports the new capacity too.
+		if out := virsh(t, "domblkinfo", name, "vda"); !strings.Contains(out, fmt.Sprint(3<<30)) {
+			t.Errorf("the running domain's root disk does not show 3 GiB: %s", out)
+		}
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+			t.Fatal(err)
+		}
+		if vm.Status.AtProvider.State != "Running" {
+			t.Errorf("growing the disk stopped the guest: %s", vm.Status.AtProvider.State)
+		}
+	})
+
 	t.Run("ResizeIsPendingUntilRestart", func(t *testing.T) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
 			t.Fatal(err)
