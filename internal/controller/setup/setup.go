@@ -61,6 +61,8 @@ func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) 
 		managed.WithTypedExternalConnector[T](k.Connector(rec)),
 		managed.WithLogger(o.Logger.WithValues("controller", name)),
 		managed.WithPollInterval(o.PollInterval),
+		// Resources that are not Ready yet are looked at again within seconds (PollHook).
+		managed.WithPollIntervalHook(PollHook(time.Now)),
 		managed.WithRecorder(rec),
 		managed.WithReferenceResolver(managed.NewAPISimpleReferenceResolver(mgr.GetClient())),
 		// External names are derived from namespace, name and UID by each kind (see

@@ -1,0 +1,57 @@
+package setup
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+)
+
+func TestPollHook(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(c xpv2.Condition, ago time.Duration) xpv2.Condition {
+		c.LastTransitionTime = metav1.NewTime(now.Add(-ago))
+		return c
+	}
+	cases := map[string]struct {
+		reason  string
+		cond    *xpv2.Condition
+		created time.Duration // ago
+		// zeroTime clears the condition's transition time.
+		zeroTime bool
+		poll     time.Duration
+		want     time.Duration
+	}{
+		"Ready":                           {reason: "a Ready resource polls at --poll", cond: ptr(at(xpv2.Available(), time.Hour)), poll: time.Minute, want: time.Minute},
+		"JustCreated":                     {reason: "a new resource without conditions is looked at after a second", created: 0, poll: time.Minute, want: time.Second},
+		"Booting":                         {reason: "a guest booting for 30 s: a second", cond: ptr(at(xpv2.Unavailable(), 30*time.Second)), poll: time.Minute, want: time.Second},
+		"WaitedTwoMinutes":                {reason: "two minutes not Ready: three seconds", cond: ptr(at(xpv2.Creating(), 2*time.Minute)), poll: time.Minute, want: 3 * time.Second},
+		"StuckForAnHour":                  {reason: "an hour not Ready: back at --poll", cond: ptr(at(xpv2.Unavailable(), time.Hour)), poll: time.Minute, want: time.Minute},
+		"ShortPoll":                       {reason: "a --poll shorter than the backoff wins", cond: ptr(at(xpv2.Unavailable(), 10*time.Minute)), poll: 5 * time.Second, want: 5 * time.Second},
+		"PollUnderASecond":                {reason: "a --poll under a second is kept", cond: ptr(at(xpv2.Unavailable(), 0)), poll: 500 * time.Millisecond, want: 500 * time.Millisecond},
+		"NotReadyWithoutTimeUsesCreation": {reason: "a condition without a time counts from creation", cond: ptr(at(xpv2.Unavailable(), 0)), zeroTime: true, created: 5 * time.Minute, poll: time.Minute, want: 6 * time.Second},
+		"ClockSkew":                       {reason: "a transition in the future counts as now", cond: ptr(at(xpv2.Unavailable(), -time.Minute)), poll: time.Minute, want: time.Second},
+	}
+	hook := PollHook(func() time.Time { return now })
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			mg := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-tc.created))}}
+			if tc.cond != nil {
+				mg.SetConditions(*tc.cond)
+				if tc.zeroTime {
+					mg.Status.Conditions[0].LastTransitionTime = metav1.Time{}
+				}
+			}
+			if diff := cmp.Diff(tc.want, hook(mg, tc.poll)); diff != "" {
+				t.Errorf("%s\nPollHook(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
