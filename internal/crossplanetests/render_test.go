@@ -64,7 +64,7 @@ func TestRender(t *testing.T) {
 			name: "proxy-minimal", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2, fullXR: true,
 			check: func(t *testing.T, out rendered) {
 				out.wantDefaults(t)
-				out.wantStatus(t, map[string]any{"phase": "Creating", "secretName": "egress-proxy"})
+				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy"})
 				out.wantReady(t, "False", "Creating")
 				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress")
 				d := out.composed(t, "domain")
@@ -99,7 +99,7 @@ func TestRender(t *testing.T) {
 			name: "xproxy-from-claim", composition: compositionLegacy, xrd: xrdLegacy, fullXR: true,
 			check: func(t *testing.T, out rendered) {
 				out.wantDefaults(t)
-				out.wantStatus(t, map[string]any{"phase": "Creating", "secretName": "egress-proxy"})
+				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy"})
 				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress")
 				for _, o := range out.objects[1:] {
 					if o.GetKind() != "Result" && o.GetNamespace() != "team-c" {
@@ -112,7 +112,7 @@ func TestRender(t *testing.T) {
 			name: "proxy-booting", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2,
 			observed: testdata + "/observed-booting.yaml",
 			check: func(t *testing.T, out rendered) {
-				out.wantStatus(t, map[string]any{"phase": "Booting", "secretName": "egress-proxy"})
+				out.wantStatus(t, map[string]any{"phase": "Booting", "message": "running; waiting for the guest's IPv4 address", "secretName": "egress-proxy"})
 				out.wantReady(t, "False", "Creating")
 				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress")
 			},
@@ -122,7 +122,7 @@ func TestRender(t *testing.T) {
 			observed: testdata + "/observed-ready.yaml",
 			check: func(t *testing.T, out rendered) {
 				out.wantStatus(t, map[string]any{
-					"phase": "Ready", "secretName": "egress-proxy",
+					"phase": "Ready", "message": "", "secretName": "egress-proxy",
 					"ip": "192.168.122.57", "url": "http://192.168.122.57:3128",
 				})
 				out.wantReady(t, "True", "Available")

@@ -31,6 +31,7 @@ package function
 import (
 	"context"
 	"net/netip"
+	"strings"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
@@ -162,7 +163,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return errors.Wrap(err, "cannot set the desired composed resources")
 	}
 
-	status := map[string]any{"phase": st.phase, "secretName": n.Secret}
+	status := map[string]any{"phase": st.phase, "message": st.message, "secretName": n.Secret}
 	if st.data != nil {
 		status["ip"] = string(st.data[SecretKeyHost])
 		status["url"] = string(st.data[SecretKeyURL])
@@ -216,12 +217,49 @@ func targetNamespace(xr *composite.Unstructured) (string, error) {
 // state is what the function learned from the observed composed resources.
 type state struct {
 	phase string
-	data  map[string][]byte // the Secret's data; nil while no address was ever known
+	// message says why the Proxy is not Ready: the blocking resource's own message.
+	message string
+	data    map[string][]byte // the Secret's data; nil while no address was ever known
 }
 
 type condition struct {
-	Type   string `json:"type"`
-	Status string `json:"status"`
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Message string `json:"message"`
+}
+
+// conditionsOf reads the conditions of an observed composed resource.
+func conditionsOf(o resource.ObservedComposed) []condition {
+	var conds []condition
+	_ = o.Resource.GetValueInto("status.conditions", &conds)
+	return conds
+}
+
+// cond returns the condition of type typ, or a zero one.
+func cond(conds []condition, typ string) condition {
+	for _, c := range conds {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return condition{}
+}
+
+// inputMessage is the Ready message of the input a KVMDomain waits for ("SeedVolume web-seed"),
+// when that input is one of this Proxy's composed resources and says something.
+func inputMessage(observed map[resource.Name]resource.ObservedComposed, waiting string) string {
+	kind, _, _ := strings.Cut(waiting, " ")
+	name := map[string]resource.Name{"SeedVolume": ResourceSeed, "BaseImage": ResourceBaseImage}[kind]
+	o, ok := observed[name]
+	if name == "" || !ok {
+		return ""
+	}
+	for _, typ := range []string{"Synced", "Ready"} {
+		if c := cond(conditionsOf(o), typ); c.Status == "False" && c.Message != "" {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 func observe(observed map[resource.Name]resource.ObservedComposed, p Proxy) state {
@@ -235,16 +273,8 @@ func observe(observed map[resource.Name]resource.ObservedComposed, p Proxy) stat
 	if !ok {
 		return st
 	}
-	var conds []condition
-	_ = d.Resource.GetValueInto("status.conditions", &conds)
-	is := func(typ, status string) bool {
-		for _, c := range conds {
-			if c.Type == typ {
-				return c.Status == status
-			}
-		}
-		return false
-	}
+	conds := conditionsOf(d)
+	ready, synced := cond(conds, "Ready"), cond(conds, "Synced")
 	ip, _ := d.Resource.GetString("status.atProvider.ipv4")
 	if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
 		st.data = Endpoint{Host: a.String(), Port: p.Port}.Data()
@@ -254,19 +284,26 @@ func observe(observed map[resource.Name]resource.ObservedComposed, p Proxy) stat
 	vmState, _ := d.Resource.GetString("status.atProvider.state")
 	waiting, _ := d.Resource.GetString("status.atProvider.waitingFor")
 	switch {
-	case is("Ready", "True"):
+	case ready.Status == "True":
 		st.phase = PhaseReady
 	case waiting != "":
 		// The domain waits for its SeedVolume or BaseImage to become Ready: still creating.
+		st.phase, st.message = PhaseCreating, "waiting for "+waiting+" to be Ready"
+		if m := inputMessage(observed, waiting); m != "" {
+			st.message += ": " + m
+		}
+	case synced.Status == "False":
+		st.phase, st.message = PhaseError, synced.Message
+	case vmState == "":
+		// Not on the host yet (the KVMDomain was just composed): still creating, never
+		// Booting before the domain exists.
 		st.phase = PhaseCreating
-	case is("Synced", "False"):
-		st.phase = PhaseError
 	case vmState == "ShutOff":
-		st.phase = PhaseStopped
+		st.phase, st.message = PhaseStopped, ready.Message
 	case ip != "":
-		st.phase = PhaseProbing
+		st.phase, st.message = PhaseProbing, ready.Message
 	default:
-		st.phase = PhaseBooting
+		st.phase, st.message = PhaseBooting, ready.Message
 	}
 	return st
 }

@@ -151,7 +151,7 @@ spec:
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("desired resources (-want +got):\n%s", d)
 	}
-	wantStatus := map[string]any{"phase": PhaseCreating, "secretName": "web-proxy"}
+	wantStatus := map[string]any{"phase": PhaseCreating, "message": "", "secretName": "web-proxy"}
 	if d := cmp.Diff(wantStatus, xrStatus(rsp)); d != "" {
 		t.Errorf("XR status (-want +got):\n%s", d)
 	}
@@ -394,7 +394,7 @@ func TestRunFunctionObserved(t *testing.T) {
 		"ReadyWithAddress": {
 			observed: map[string]string{ResourceDomain: observedDomainReady},
 			wantStatus: map[string]any{
-				"phase": PhaseReady, "secretName": "web-proxy",
+				"phase": PhaseReady, "message": "", "secretName": "web-proxy",
 				"ip": "192.168.122.50", "url": "http://192.168.122.50:3128",
 			},
 			wantSecret: secretObj(t, "team-a", "web-proxy", "http://192.168.122.50:3128", "192.168.122.50", "3128"),
@@ -408,10 +408,10 @@ status:
   atProvider: {state: Running, ipv4: 192.168.122.51}
   conditions:
   - {type: Synced, status: "True"}
-  - {type: Ready, status: "False", reason: Unavailable}
+  - {type: Ready, status: "False", reason: Unavailable, message: "readiness probe failing: connection refused"}
 `},
 			wantStatus: map[string]any{
-				"phase": PhaseProbing, "secretName": "web-proxy",
+				"phase": PhaseProbing, "message": "readiness probe failing: connection refused", "secretName": "web-proxy",
 				"ip": "192.168.122.51", "url": "http://192.168.122.51:3128",
 			},
 			wantSecret: secretObj(t, "team-a", "web-proxy", "http://192.168.122.51:3128", "192.168.122.51", "3128"),
@@ -423,9 +423,9 @@ apiVersion: kvm.crossplane.io/v1alpha1
 kind: KVMDomain
 status:
   atProvider: {state: Running}
-  conditions: [{type: Synced, status: "True"}, {type: Ready, status: "False"}]
+  conditions: [{type: Synced, status: "True"}, {type: Ready, status: "False", message: "running; waiting for the guest's IPv4 address"}]
 `},
-			wantStatus: map[string]any{"phase": PhaseBooting, "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseBooting, "message": "running; waiting for the guest's IPv4 address", "secretName": "web-proxy"},
 		},
 		"NotAnIPv4Address": {
 			observed: map[string]string{ResourceDomain: `
@@ -434,16 +434,16 @@ kind: KVMDomain
 status:
   atProvider: {state: Running, ipv4: "not-an-ip"}
 `},
-			wantStatus: map[string]any{"phase": PhaseBooting, "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseBooting, "message": "", "secretName": "web-proxy"},
 		},
 		"ReconcileError": {
 			observed: map[string]string{ResourceDomain: `
 apiVersion: kvm.crossplane.io/v1alpha1
 kind: KVMDomain
 status:
-  conditions: [{type: Synced, status: "False", reason: ReconcileError}]
+  conditions: [{type: Synced, status: "False", reason: ReconcileError, message: "cannot get BaseImage debian: not found"}]
 `},
-			wantStatus: map[string]any{"phase": PhaseError, "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseError, "message": "cannot get BaseImage debian: not found", "secretName": "web-proxy"},
 		},
 		"WaitingForAnInputIsNotAnError": {
 			observed: map[string]string{ResourceDomain: `
@@ -453,7 +453,32 @@ status:
   atProvider: {waitingFor: SeedVolume web-seed}
   conditions: [{type: Synced, status: "False", reason: ReconcileError}]
 `},
-			wantStatus: map[string]any{"phase": PhaseCreating, "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for SeedVolume web-seed to be Ready", "secretName": "web-proxy"},
+		},
+		"WaitingNamesTheInputsOwnMessage": {
+			observed: map[string]string{
+				ResourceDomain: `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: KVMDomain
+status:
+  atProvider: {waitingFor: SeedVolume web-seed}
+  conditions: [{type: Synced, status: "False", reason: ReconcileError}]
+`,
+				ResourceSeed: `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: SeedVolume
+status:
+  conditions: [{type: Synced, status: "False", reason: ReconcileError, message: "cannot upload the seed volume: pool default is not active"}]
+`},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for SeedVolume web-seed to be Ready: cannot upload the seed volume: pool default is not active", "secretName": "web-proxy"},
+		},
+		"JustComposedIsStillCreating": {
+			observed: map[string]string{ResourceDomain: `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: KVMDomain
+status: {}
+`},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "", "secretName": "web-proxy"},
 		},
 		"ShutOff": {
 			observed: map[string]string{ResourceDomain: `
@@ -461,9 +486,9 @@ apiVersion: kvm.crossplane.io/v1alpha1
 kind: KVMDomain
 status:
   atProvider: {state: ShutOff}
-  conditions: [{type: Synced, status: "True"}, {type: Ready, status: "False"}]
+  conditions: [{type: Synced, status: "True"}, {type: Ready, status: "False", message: "domain is ShutOff"}]
 `},
-			wantStatus: map[string]any{"phase": PhaseStopped, "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseStopped, "message": "domain is ShutOff", "secretName": "web-proxy"},
 		},
 		"SecretKeptWhileAddressUnknown": {
 			observed: map[string]string{
@@ -476,7 +501,7 @@ status:
 				ResourceSecret: observedSecret49,
 			},
 			wantStatus: map[string]any{
-				"phase": PhaseBooting, "secretName": "web-proxy",
+				"phase": PhaseBooting, "message": "", "secretName": "web-proxy",
 				"ip": "192.168.122.49", "url": "http://192.168.122.49:3128",
 			},
 			wantSecret: secretObj(t, "team-a", "web-proxy", "http://192.168.122.49:3128", "192.168.122.49", "3128"),
@@ -488,7 +513,7 @@ status:
 				ResourceSecret: observedSecret49,
 			},
 			wantStatus: map[string]any{
-				"phase": PhaseReady, "secretName": "web-proxy",
+				"phase": PhaseReady, "message": "", "secretName": "web-proxy",
 				"ip": "192.168.122.50", "url": "http://192.168.122.50:3128",
 			},
 			wantSecret: secretObj(t, "team-a", "web-proxy", "http://192.168.122.50:3128", "192.168.122.50", "3128"),
