@@ -30,9 +30,14 @@ func TestConfigInUseCannotBeDeleted(t *testing.T) {
 		URI: "qemu:///system", Port: 22, User: "root",
 		Defaults: v1alpha1.HostDefaults{DomainType: v1alpha1.DomainTypeKVM, Pool: "default", Network: "default"},
 	}
+	// A namespaced ProviderConfig cannot use transport Unix: it reaches a host over SSH.
+	ssh := spec
+	ssh.Transport, ssh.Host = v1alpha1.TransportSSH, "10.0.0.5"
+	ssh.Credentials = &v1alpha1.SSHCredentials{SecretRef: v1alpha1.SecretKeySelector{Name: "ssh", Key: "key"}}
+	ssh.KnownHosts = &v1alpha1.KnownHosts{SecretRef: v1alpha1.SecretKeySelector{Name: "ssh", Key: "known_hosts"}}
 	cases := map[string]client.Object{
 		v1alpha1.ClusterProviderConfigKind: &v1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "in-use"}, Spec: spec},
-		v1alpha1.ProviderConfigKind:        &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "usage", Name: "in-use"}, Spec: spec},
+		v1alpha1.ProviderConfigKind:        &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "usage", Name: "in-use"}, Spec: ssh},
 	}
 	for kind, pc := range cases {
 		t.Run(kind, func(t *testing.T) {
