@@ -237,16 +237,21 @@ spec:
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := kube.Create(testContext(t), mustObject(t, tc.manifest), client.DryRunAll)
-			if err == nil {
-				t.Fatalf("admitted; want rejection mentioning %q", tc.wantMsg)
-			}
-			if !kerrors.IsInvalid(err) {
-				t.Fatalf("want an Invalid error, got %v", err)
-			}
-			if !strings.Contains(err.Error(), tc.wantMsg) {
-				t.Errorf("rejection message %q does not mention %q", err.Error(), tc.wantMsg)
-			}
+			wantRejected(t, kube.Create(testContext(t), mustObject(t, tc.manifest), client.DryRunAll), tc.wantMsg)
 		})
+	}
+}
+
+// wantRejected fails unless err is admission's Invalid error with a message mentioning wantMsg.
+func wantRejected(t *testing.T, err error, wantMsg string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("admitted; want rejection mentioning %q", wantMsg)
+	}
+	if !kerrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error, got %v", err)
+	}
+	if !strings.Contains(err.Error(), wantMsg) {
+		t.Errorf("rejection message %q does not mention %q", err.Error(), wantMsg)
 	}
 }

@@ -556,6 +556,17 @@ func TestUpdate(t *testing.T) {
 	}
 }
 
+// only is a DomainIPv4 that knows the address ip from source src alone; other sources return
+// otherErr.
+func only(src, ip string, otherErr error) func(name, mac, source string) (string, error) {
+	return func(_, _, source string) (string, error) {
+		if source == src {
+			return ip, nil
+		}
+		return "", otherErr
+	}
+}
+
 func TestObserveGuest(t *testing.T) {
 	cases := map[string]struct {
 		reason  string
@@ -566,22 +577,12 @@ func TestObserveGuest(t *testing.T) {
 	}{
 		"Lease": {
 			reason: "a DHCP lease gives the address: Available without a probe",
-			ip: func(_, _, src string) (string, error) {
-				if src == libvirt.SourceLease {
-					return "192.168.122.9", nil
-				}
-				return "", errNoDomain
-			},
+			ip:     only(libvirt.SourceLease, "192.168.122.9", errNoDomain),
 			wantIP: "192.168.122.9", wantSrc: libvirt.SourceLease,
 		},
 		"AgentAfterLease": {
 			reason: "without a lease the guest agent is asked",
-			ip: func(_, _, src string) (string, error) {
-				if src == libvirt.SourceAgent {
-					return "10.0.0.9", nil
-				}
-				return "", nil
-			},
+			ip:     only(libvirt.SourceAgent, "10.0.0.9", nil),
 			wantIP: "10.0.0.9", wantSrc: libvirt.SourceAgent,
 		},
 		"NoAddressYet": {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
@@ -150,13 +151,7 @@ func TestObserve(t *testing.T) {
 	ours := record(t, volName, us)
 	victimISO := []byte("victim's seed")
 
-	cases := map[string]struct {
-		reason string
-		cr     *v1alpha1.SeedVolume
-		host   hostState
-		errSub string
-		want   after
-	}{
+	cases := map[string]opCase{
 		"Absent": {
 			reason: "no volume: it does not exist",
 			cr:     cr(), want: after{},
@@ -220,30 +215,15 @@ func TestObserve(t *testing.T) {
 			want: after{Exists: true, Seed: "want", Record: uid, VictimSeed: "untouched"},
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			s := tc.host.storage(t)
-			o, err := newExternal(s).Observe(context.Background(), tc.cr)
-			s.Fail = nil
-			got := observeOf(t, s, want, victimISO, err, tc.errSub)
-			got.Exists, got.UpToDate = o.ResourceExists, o.ResourceUpToDate
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
-			}
-		})
-	}
+	runCases(t, "Observe", cases, want, victimISO, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
+		return e.Observe(context.Background(), cr)
+	})
 }
 
 func TestCreate(t *testing.T) {
 	want := iso(t, cr())
 	victimISO := []byte("victim's seed")
-	cases := map[string]struct {
-		reason string
-		cr     *v1alpha1.SeedVolume
-		host   hostState
-		errSub string
-		want   after
-	}{
+	cases := map[string]opCase{
 		"Fresh": {
 			reason: "the record, then the volume with the seed",
 			cr:     cr(), want: after{Seed: "want", Record: uid},
@@ -292,19 +272,10 @@ func TestCreate(t *testing.T) {
 			errSub: "cannot read user-data", want: after{Err: "cannot read user-data"},
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			s := tc.host.storage(t)
-			e := newExternal(s)
-			e.kube = noSecrets{}
-			_, err := e.Create(context.Background(), tc.cr)
-			s.Fail = nil
-			got := observeOf(t, s, want, victimISO, err, tc.errSub)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("%s\nCreate(): -want, +got:\n%s\nerr: %v", tc.reason, diff, err)
-			}
-		})
-	}
+	runCases(t, "Create", cases, want, victimISO, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
+		_, err := e.Create(context.Background(), cr)
+		return managed.ExternalObservation{}, err
+	})
 }
 
 func TestUpdate(t *testing.T) {
@@ -312,13 +283,7 @@ func TestUpdate(t *testing.T) {
 	want := iso(t, newUD)
 	old := iso(t, cr())
 	victimISO := []byte("victim's seed")
-	cases := map[string]struct {
-		reason string
-		cr     *v1alpha1.SeedVolume
-		host   hostState
-		errSub string
-		want   after
-	}{
+	cases := map[string]opCase{
 		"Rewrite": {
 			reason: "our volume is rewritten with the new seed",
 			cr:     newUD, host: hostState{seed: old, seedRecord: record(t, volName, us)},
@@ -339,29 +304,17 @@ func TestUpdate(t *testing.T) {
 			cr:     newUD, errSub: errLookup, want: after{Err: errLookup},
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			s := tc.host.storage(t)
-			_, err := newExternal(s).Update(context.Background(), tc.cr)
-			got := observeOf(t, s, want, victimISO, err, tc.errSub)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("%s\nUpdate(): -want, +got:\n%s\nerr: %v", tc.reason, diff, err)
-			}
-		})
-	}
+	runCases(t, "Update", cases, want, victimISO, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
+		_, err := e.Update(context.Background(), cr)
+		return managed.ExternalObservation{}, err
+	})
 }
 
 func TestDelete(t *testing.T) {
 	want := iso(t, cr())
 	victimISO := []byte("victim's seed")
 	ours := record(t, volName, us)
-	cases := map[string]struct {
-		reason string
-		cr     *v1alpha1.SeedVolume
-		host   hostState
-		errSub string
-		want   after
-	}{
+	cases := map[string]opCase{
 		"Ours": {
 			reason: "our unused volume and its record go",
 			cr:     cr(deleting), host: hostState{seed: want, seedRecord: ours}, want: after{},
@@ -396,14 +349,37 @@ func TestDelete(t *testing.T) {
 			errSub: errUsers, want: after{Err: errUsers, Seed: "want", Record: uid},
 		},
 	}
+	runCases(t, "Delete", cases, want, victimISO, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
+		_, err := e.Delete(context.Background(), cr)
+		return managed.ExternalObservation{}, err
+	})
+}
+
+// opCase is one table case of an external client method.
+type opCase struct {
+	reason string
+	cr     *v1alpha1.SeedVolume
+	host   hostState
+	errSub string
+	want   after
+}
+
+// runCases runs call on a fresh fake host for each case and compares the result and what is
+// left on the host with the case's want.
+func runCases(t *testing.T, op string, cases map[string]opCase, wantISO, victimISO []byte,
+	call func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error)) {
+	t.Helper()
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			s := tc.host.storage(t)
-			_, err := newExternal(s).Delete(context.Background(), tc.cr)
+			e := newExternal(s)
+			e.kube = noSecrets{}
+			o, err := call(e, tc.cr)
 			s.Fail = nil
-			got := observeOf(t, s, want, victimISO, err, tc.errSub)
+			got := observeOf(t, s, wantISO, victimISO, err, tc.errSub)
+			got.Exists, got.UpToDate = o.ResourceExists, o.ResourceUpToDate
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("%s\nDelete(): -want, +got:\n%s\nerr: %v", tc.reason, diff, err)
+				t.Errorf("%s\n%s(): -want, +got:\n%s\nerr: %v", tc.reason, op, diff, err)
 			}
 		})
 	}
