@@ -33,16 +33,28 @@ wait_libvirt() {
   done
   echo "ctl.sh: libvirtd did not answer" >&2; return 1
 }
+# daemon CMD...: start a daemon with no file descriptor of ours but stdin/out/err (set to
+# /dev/null): a daemon that inherited, say, a caller's flock or a test's output pipe would hold
+# it for as long as it runs.
+daemon() {
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      [[ $fd -gt 2 ]] && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec ip netns exec "$NS" "$@" </dev/null >/dev/null 2>&1
+  )
+}
 start_virtlogd() {
   alive "$RUN/virtlogd.pid" && return 0
-  ip netns exec "$NS" /usr/sbin/virtlogd --daemon --pid-file "$RUN/virtlogd.pid" </dev/null >/dev/null 2>&1
+  daemon /usr/sbin/virtlogd --daemon --pid-file "$RUN/virtlogd.pid"
   for _ in $(seq 50); do alive "$RUN/virtlogd.pid" && break; sleep 0.1; done
   echo "ctl.sh: virtlogd pid $(cat "$RUN/virtlogd.pid")"
 }
 start_libvirtd() {
   if ! alive "$RUN/libvirtd.pid"; then
     mkdir -p /run/libvirt
-    ip netns exec "$NS" /usr/sbin/libvirtd --daemon --pid-file "$RUN/libvirtd.pid" </dev/null >/dev/null 2>&1
+    daemon /usr/sbin/libvirtd --daemon --pid-file "$RUN/libvirtd.pid"
     for _ in $(seq 100); do alive "$RUN/libvirtd.pid" && break; sleep 0.1; done
     echo "ctl.sh: libvirtd pid $(cat "$RUN/libvirtd.pid")"
   fi
@@ -50,7 +62,7 @@ start_libvirtd() {
 }
 start_sshd() {
   alive "$RUN/sshd.pid" && return 0
-  ip netns exec "$NS" /usr/sbin/sshd -f "$KEYS/sshd_config" </dev/null >/dev/null 2>&1
+  daemon /usr/sbin/sshd -f "$KEYS/sshd_config"
   for _ in $(seq 50); do alive "$RUN/sshd.pid" && break; sleep 0.1; done
   # wait until it accepts connections
   for _ in $(seq 50); do
