@@ -10,13 +10,15 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
+	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 )
 
 // SetupGated adds all controllers to mgr. Controllers of managed resources register with
 // o.Gate and start only once their CRDs are installed and established (safe-start). They
 // share pool: one SSH connection per host.
-func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections) error {
+// events, when not nil, feeds libvirt domain events to the KVMDomain controller.
+func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher) error {
 	if err := config.Setup(mgr, o); err != nil {
 		return err
 	}
@@ -26,5 +28,5 @@ func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections)
 	if err := seedvolume.Setup(mgr, o, conns); err != nil {
 		return err
 	}
-	return kvmdomain.Setup(mgr, o, conns)
+	return kvmdomain.Setup(mgr, o, conns, events)
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/digitalocean/go-libvirt"
+
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 )
@@ -65,6 +67,30 @@ func WithLogger(l logging.Logger) Option { return func(p *Connections) { p.log =
 
 type onOpenKey struct{}
 
+// WithOnLibvirt makes the pool call fn, in a goroutine of its own, for every libvirt
+// connection it opens (the first to a host, and each after a reconnect), with a context that
+// ends when that connection does; internal/domainevents subscribes to events this way.
+func WithOnLibvirt(fn func(ctx context.Context, address string, l *libvirt.Libvirt)) Option {
+	return func(p *Connections) { p.onLibvirt = fn }
+}
+
+// announce hands a new libvirt connection to the WithOnLibvirt callback, with a context of
+// the connection's lifetime (not the opening call's: the subscription outlives it).
+func (p *Connections) announce(address string, lv *libvirt.Libvirt) {
+	if p.onLibvirt == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-lv.Disconnected():
+		case <-p.stop:
+		}
+		cancel()
+	}()
+	go p.onLibvirt(ctx, address, lv)
+}
+
 // ContextWithOnOpen returns a context that makes a Connections call fn when a
 // call made with it opens a new connection, in addition to the pool's own
 // WithOnOpen hook. A controller can so raise an event on the resource whose
@@ -80,6 +106,7 @@ type Connections struct {
 	keepAlive   time.Duration
 	idleTimeout time.Duration
 	onOpen      func(OpenInfo)
+	onLibvirt   func(ctx context.Context, address string, l *libvirt.Libvirt)
 	log         logging.Logger
 
 	mu      sync.Mutex
@@ -255,6 +282,7 @@ func (p *Connections) open(ctx context.Context, c Config, old *session) (*sessio
 		return nil, errors.Wrapf(err, errOpenLibvirt, c.URI)
 	}
 	s.lv = lv
+	p.announce(info.Address, lv) //nolint:contextcheck // the subscription lives as long as the connection, not the call that opened it
 	if !reused {
 		p.log.Debug("Opened libvirt connection", "address", info.Address, "insecure", info.Insecure, "hostKey", info.HostKeyFingerprint)
 		if p.onOpen != nil {

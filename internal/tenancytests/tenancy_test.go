@@ -119,7 +119,7 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 	env.Run(t, 2*time.Second, config.Setup,
 		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns) },
 		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns) },
-		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns) },
+		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, nil) },
 	)
 	ctx := context.Background()
 	kube := env.Client

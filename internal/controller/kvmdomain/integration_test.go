@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
+	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/testbed"
 	"github.com/provider-kvm/provider-kvm/internal/testenv"
@@ -81,12 +83,14 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 	image, sum := guestImage(t)
 	env := testenv.Start(t)
 	env.HostConfig(t, tb, "default")
-	conns := host.NewConnections()
+	// As the provider runs: the host connections feed domain events to the controller.
+	events := domainevents.New(logging.NewNopLogger())
+	conns := host.NewConnections(host.WithOnLibvirt(events.Attach))
 	t.Cleanup(func() { _ = conns.Close() })
 	env.Run(t, 5*time.Second, config.Setup,
 		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns) },
 		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns) },
-		func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns) },
+		func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, events) },
 	)
 	ctx := context.Background()
 	kube := env.Client

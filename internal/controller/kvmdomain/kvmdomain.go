@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
@@ -23,6 +25,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/controller/connection"
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
+	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
@@ -70,14 +73,21 @@ const (
 	reasonLeft           event.Reason = "VolumeLeftAlone"
 )
 
-// Setup adds the KVMDomain controller; it starts once the KVMDomain CRD is established.
-func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) error {
+// Setup adds the KVMDomain controller; it starts once the KVMDomain CRD is established. With
+// events (from the watcher the host connections feed, see internal/domainevents), a domain's
+// lifecycle and guest agent events reconcile its KVMDomain at once; nil means polls only.
+func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher) error {
+	var watches []source.TypedSource[reconcile.Request]
+	if events != nil {
+		watches = append(watches, events.Source())
+	}
 	shutdowns := &shutdowns{m: map[types.UID]time.Time{}}
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.KVMDomain]{
 		GroupKind: v1alpha1.KVMDomainGroupKind,
 		GVK:       v1alpha1.KVMDomainGroupVersionKind,
 		Object:    &v1alpha1.KVMDomain{},
 		List:      &v1alpha1.KVMDomainList{},
+		Watches:   watches,
 		ExternalName: func(mg resource.Managed) string {
 			return names.Domain(mg.GetNamespace(), mg.GetName())
 		},

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -40,6 +41,8 @@ type Kind[T resource.Managed] struct {
 	Timeout time.Duration
 	// Options are extra reconciler options.
 	Options []managed.ReconcilerOption
+	// Watches are extra sources of reconcile requests (e.g. libvirt events).
+	Watches []source.TypedSource[reconcile.Request]
 }
 
 // Gated registers the controller with o.Gate: it starts once its CRD is established.
@@ -91,12 +94,15 @@ func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) 
 	r := managed.NewReconciler(mgr, resource.ManagedKind(k.GVK), opts...)
 	copts := o.ForControllerRuntime()
 	copts.RateLimiter = requeueLimiter()
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(copts).
 		WithEventFilter(resource.DesiredStateChanged()).
-		For(k.Object).
-		Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter))
+		For(k.Object)
+	for _, s := range k.Watches {
+		b = b.WatchesRawSource(s)
+	}
+	return b.Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter))
 }
 
 // MaxRequeueBackoff caps the per-resource backoff between reconciles that ask to be

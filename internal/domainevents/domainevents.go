@@ -1,0 +1,154 @@
+// Package domainevents turns libvirt's domain lifecycle and guest agent lifecycle events into
+// reconcile requests for the KVMDomains the domains belong to, so that a start, a crash, a
+// shutdown or an agent coming up is observed within a second, not at the next poll.
+//
+// The host connections call Attach for every libvirt connection they open (the first, and
+// each after a reconnect); Attach subscribes on it and forwards events until the connection
+// ends. Then every KVMDomain last seen on that host is requeued: their reconciles reopen the
+// connection, and with it the subscription.
+package domainevents
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+)
+
+// buffer is how many requests wait for the controller; more are dropped (a request that is
+// already queued is merged by the work queue anyway, and the poll still comes).
+const buffer = 1024
+
+// Watcher forwards domain events of every host as KVMDomain reconcile requests.
+type Watcher struct {
+	log logging.Logger
+	ch  chan event.TypedGenericEvent[client.Object]
+
+	mu    sync.Mutex
+	known map[string]map[types.NamespacedName]bool // by host address
+}
+
+// New returns a Watcher.
+func New(log logging.Logger) *Watcher {
+	return &Watcher{log: log, ch: make(chan event.TypedGenericEvent[client.Object], buffer),
+		known: map[string]map[types.NamespacedName]bool{}}
+}
+
+// Source is the controller-runtime source of the KVMDomain controller's extra requests.
+func (w *Watcher) Source() source.TypedSource[reconcile.Request] {
+	return source.Channel(w.ch, &handler.EnqueueRequestForObject{})
+}
+
+// Resource returns the KVMDomain a domain name belongs to: names are "<namespace>_<name>"
+// (internal/names), and Kubernetes names never contain "_". Other domains are not ours.
+func Resource(domain string) (types.NamespacedName, bool) {
+	ns, name, ok := strings.Cut(domain, "_")
+	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, true
+}
+
+// Attach subscribes to the lifecycle and guest agent events of the libvirt connection l of
+// the host at address, and forwards them until ctx ends (the connection closed). It blocks;
+// call it in a goroutine of its own.
+func (w *Watcher) Attach(ctx context.Context, address string, l *golibvirt.Libvirt) {
+	defer w.lost(address)
+	lc, err := l.LifecycleEvents(ctx)
+	if err != nil {
+		w.log.Info("Cannot subscribe to domain lifecycle events: changes are seen at the next poll", "address", address, "error", err)
+		return
+	}
+	agent, err := l.SubscribeEvents(ctx, golibvirt.DomainEventIDAgentLifecycle, golibvirt.OptDomain{})
+	if err != nil {
+		w.log.Debug("Cannot subscribe to guest agent events", "address", address, "error", err)
+		agent = nil
+	}
+	if doms, _, err := l.ConnectListAllDomains(1, 0); err == nil {
+		for _, d := range doms {
+			w.remember(address, d.Name, true)
+		}
+	}
+	w.log.Debug("Watching domain events", "address", address)
+	for lc != nil || agent != nil {
+		select {
+		case ev, ok := <-lc:
+			if !ok {
+				lc = nil
+				continue
+			}
+			gone := golibvirt.DomainEventType(ev.Event) == golibvirt.DomainEventUndefined
+			w.notify(address, ev.Dom.Name, !gone)
+		case ev, ok := <-agent:
+			if !ok {
+				agent = nil
+				continue
+			}
+			if m, isAgent := ev.(*golibvirt.DomainEventCallbackAgentLifecycleMsg); isAgent {
+				w.notify(address, m.Dom.Name, true)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (w *Watcher) remember(address, domain string, present bool) (types.NamespacedName, bool) {
+	nn, ok := Resource(domain)
+	if !ok {
+		return nn, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.known[address] == nil {
+		w.known[address] = map[types.NamespacedName]bool{}
+	}
+	if present {
+		w.known[address][nn] = true
+	} else {
+		delete(w.known[address], nn)
+	}
+	return nn, true
+}
+
+// notify requeues the KVMDomain of domain.
+func (w *Watcher) notify(address, domain string, present bool) {
+	if nn, ok := w.remember(address, domain, present); ok {
+		w.enqueue(nn)
+	}
+}
+
+// lost requeues every KVMDomain last seen on address: the connection ended, and their
+// reconciles open the next one.
+func (w *Watcher) lost(address string) {
+	w.mu.Lock()
+	var all []types.NamespacedName
+	for nn := range w.known[address] {
+		all = append(all, nn)
+	}
+	w.mu.Unlock()
+	for _, nn := range all {
+		w.enqueue(nn)
+	}
+}
+
+func (w *Watcher) enqueue(nn types.NamespacedName) {
+	o := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name}}
+	select {
+	case w.ch <- event.TypedGenericEvent[client.Object]{Object: o}:
+	default:
+	}
+}

@@ -1,0 +1,114 @@
+package domainevents
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+
+	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/testbed"
+)
+
+func virsh(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("virsh", append([]string{"-q", "-c", "qemu:///system"}, args...)...).CombinedOutput(); err != nil {
+		t.Fatalf("virsh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// within waits up to d for a request for want and returns how long it took.
+func within(t *testing.T, w *Watcher, want string, d time.Duration, what string) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	deadline := time.After(d)
+	for {
+		select {
+		case ev := <-w.ch:
+			if got := ev.Object.GetNamespace() + "/" + ev.Object.GetName(); got == want {
+				t.Logf("%s: request for %s after %.2fs", what, want, time.Since(t0).Seconds())
+				return time.Since(t0)
+			}
+		case <-deadline:
+			t.Fatalf("%s: no request for %s within %s", what, want, d)
+		}
+	}
+}
+
+// TestEventsOnRealHost: a domain started, destroyed or undefined out of band on the real
+// test bed becomes a request for its KVMDomain within two seconds, through the same shared
+// connection the controllers use, and again after libvirtd restarts (the watcher requeues
+// what it knew, a reconcile reopens the connection, the subscription comes back with it).
+func TestEventsOnRealHost(t *testing.T) {
+	tb := testbed.Require(t)
+	w := New(logging.NewNopLogger())
+	conns := host.NewConnections(host.WithOnLibvirt(w.Attach))
+	t.Cleanup(func() { _ = conns.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := conns.Get(ctx, tb.HostConfig(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	const dom, want = "evtest_vm", "evtest/vm"
+	x := filepath.Join(t.TempDir(), "dom.xml")
+	// No disk: SeaBIOS runs and finds nothing to boot, which is all a lifecycle needs.
+	if err := os.WriteFile(x, []byte("<domain type='qemu'><name>"+dom+"</name><memory unit='MiB'>32</memory><vcpu>1</vcpu>"+
+		"<os><type arch='x86_64' machine='pc'>hvm</type></os></domain>"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("virsh", "-c", "qemu:///system", "destroy", dom).Run()
+		_ = exec.Command("virsh", "-c", "qemu:///system", "undefine", dom).Run()
+	})
+	time.Sleep(time.Second) // the subscription is made in the background
+	virsh(t, "define", x)
+	within(t, w, want, 2*time.Second, "defined")
+	virsh(t, "start", dom)
+	within(t, w, want, 2*time.Second, "started")
+	virsh(t, "destroy", dom)
+	within(t, w, want, 2*time.Second, "destroyed")
+
+	// libvirtd restarts: the connection ends, and the watcher asks for everything it knew.
+	tb.Control(t, "restart-libvirtd")
+	within(t, w, want, 10*time.Second, "connection lost")
+	// A reconcile reopens the connection, and with it the subscription.
+	var err error
+	for i := 0; i < 100; i++ {
+		var c *host.Conn
+		if c, err = conns.Get(ctx, tb.HostConfig(t)); err == nil {
+			if err = c.Do(ctx, func(l *golibvirt.Libvirt) error { _, err := l.ConnectGetLibVersion(); return err }); err == nil {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("no libvirt connection after the restart: %v", err)
+	}
+	time.Sleep(time.Second)
+	drainAll(w)
+	virsh(t, "start", dom)
+	within(t, w, want, 2*time.Second, "started after the libvirtd restart")
+	virsh(t, "destroy", dom)
+	within(t, w, want, 2*time.Second, "destroyed after the libvirtd restart")
+	virsh(t, "undefine", dom)
+	within(t, w, want, 2*time.Second, "undefined")
+}
+
+func drainAll(w *Watcher) {
+	for {
+		select {
+		case <-w.ch:
+		default:
+			return
+		}
+	}
+}
