@@ -82,7 +82,15 @@ inside_netns() {
 start() {
 	local name=$1 pid
 	shift
-	setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1 8>&- &
+	# No descriptor of ours but the log: a daemon that inherited the caller's flock (or a
+	# test's pipe) would hold it for as long as it runs.
+	(
+		for fd in /proc/self/fd/*; do
+			fd=${fd##*/}
+			[[ $fd -gt 2 ]] && eval "exec $fd>&-" 2>/dev/null
+		done
+		exec setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1
+	) &
 	pid=$!
 	echo "$pid $(starttime "$pid")" >"$PIDS/$name.pid"
 	echo "$name" >>"$PIDS/order"
