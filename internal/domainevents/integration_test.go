@@ -24,9 +24,12 @@ func virsh(t *testing.T, args ...string) {
 	}
 }
 
-// within waits up to d for a request for want and returns how long it took.
-func within(t *testing.T, w *Watcher, want string, d time.Duration, what string) time.Duration {
+// within runs act, then waits up to d for a request for want; requests queued before act
+// do not count.
+func within(t *testing.T, w *Watcher, want string, d time.Duration, what string, act func()) time.Duration {
 	t.Helper()
+	drainAll(w)
+	act()
 	t0 := time.Now()
 	deadline := time.After(d)
 	for {
@@ -69,16 +72,12 @@ func TestEventsOnRealHost(t *testing.T) {
 		_ = exec.Command("virsh", "-c", "qemu:///system", "undefine", dom).Run()
 	})
 	time.Sleep(time.Second) // the subscription is made in the background
-	virsh(t, "define", x)
-	within(t, w, want, 2*time.Second, "defined")
-	virsh(t, "start", dom)
-	within(t, w, want, 2*time.Second, "started")
-	virsh(t, "destroy", dom)
-	within(t, w, want, 2*time.Second, "destroyed")
+	within(t, w, want, 2*time.Second, "defined", func() { virsh(t, "define", x) })
+	within(t, w, want, 2*time.Second, "started", func() { virsh(t, "start", dom) })
+	within(t, w, want, 2*time.Second, "destroyed", func() { virsh(t, "destroy", dom) })
 
 	// libvirtd restarts: the connection ends, and the watcher asks for everything it knew.
-	tb.Control(t, "restart-libvirtd")
-	within(t, w, want, 10*time.Second, "connection lost")
+	within(t, w, want, 10*time.Second, "connection lost", func() { tb.Control(t, "restart-libvirtd") })
 	// A reconcile reopens the connection, and with it the subscription.
 	var err error
 	for i := 0; i < 100; i++ {
@@ -94,13 +93,9 @@ func TestEventsOnRealHost(t *testing.T) {
 		t.Fatalf("no libvirt connection after the restart: %v", err)
 	}
 	time.Sleep(time.Second)
-	drainAll(w)
-	virsh(t, "start", dom)
-	within(t, w, want, 2*time.Second, "started after the libvirtd restart")
-	virsh(t, "destroy", dom)
-	within(t, w, want, 2*time.Second, "destroyed after the libvirtd restart")
-	virsh(t, "undefine", dom)
-	within(t, w, want, 2*time.Second, "undefined")
+	within(t, w, want, 2*time.Second, "started after the libvirtd restart", func() { virsh(t, "start", dom) })
+	within(t, w, want, 2*time.Second, "destroyed after the libvirtd restart", func() { virsh(t, "destroy", dom) })
+	within(t, w, want, 2*time.Second, "undefined", func() { virsh(t, "undefine", dom) })
 }
 
 func drainAll(w *Watcher) {
