@@ -3,6 +3,7 @@
 package e2etest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -183,7 +184,7 @@ func TestE2E(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(conn["url"]) != string(own["url"]) {
+		if !bytes.Equal(conn["url"], own["url"]) {
 			t.Fatalf("ProxyClaim team-b/proxy-c: the connection Secret's url %q differs from proxy-c-proxy's %q", conn["url"], own["url"])
 		}
 		logf("  %s: connection Secret team-b/proxy-c-connection has the same url", label)

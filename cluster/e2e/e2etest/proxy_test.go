@@ -85,7 +85,7 @@ func (e *env) watch(ctx context.Context, u *unstructured.Unstructured, composite
 		cur := &unstructured.Unstructured{}
 		cur.SetGroupVersionKind(u.GroupVersionKind())
 		if err := e.c.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // not found yet or a passing API error: poll again
 		}
 		phase, _, _ = unstructured.NestedString(cur.Object, "status", "phase")
 		synced = string(unstructuredCondition(cur, xpv2.TypeSynced).Status)
