@@ -49,7 +49,8 @@ func (e *env) diagnose(ctx context.Context, namespaces []string) {
 				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 				for _, c := range conds {
 					if m, ok := c.(map[string]any); ok {
-						fmt.Fprintf(w, "    %v=%v %v: %s\n", m["type"], m["status"], m["reason"], truncate(fmt.Sprint(m["message"]), 400))
+						str := func(k string) string { v, _ := m[k].(string); return v }
+						fmt.Fprintf(w, "    %s=%s %s: %s\n", str("type"), str("status"), str("reason"), truncate(str("message"), 400))
 					}
 				}
 			}
