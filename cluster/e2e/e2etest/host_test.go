@@ -3,6 +3,7 @@
 package e2etest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,22 +21,52 @@ import (
 const nvramDir = "/var/lib/libvirt/qemu/nvram"
 
 // host is the test's own view of the test bed's libvirtd: the local socket, not the
-// provider's SSH connection.
+// provider's SSH connection. A connection that libvirtd dropped (a restart) is dialed again.
 type host struct {
-	mu   sync.Mutex
-	l    *libvirt.Libvirt
-	pool string
+	mu                sync.Mutex
+	l                 *libvirt.Libvirt
+	socket, uri, pool string
 }
 
 func dialHost(cfg config) (*host, error) {
-	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(cfg.LibvirtSocket), dialers.WithLocalTimeout(10*time.Second)))
-	if err := l.ConnectToURI(libvirt.ConnectURI(cfg.LibvirtURI)); err != nil {
-		return nil, fmt.Errorf("libvirt at %s: %w", cfg.LibvirtSocket, err)
+	h := &host{socket: cfg.LibvirtSocket, uri: cfg.LibvirtURI, pool: cfg.Pool}
+	if err := h.call(func(*libvirt.Libvirt) error { return nil }); err != nil {
+		return nil, err
 	}
-	return &host{l: l, pool: cfg.Pool}, nil
+	return h, nil
 }
 
-func (h *host) close() { _ = h.l.Disconnect() }
+func (h *host) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.l != nil {
+		_ = h.l.Disconnect()
+		h.l = nil
+	}
+}
+
+// call runs f on a live connection. When f fails without an answer from libvirtd (the
+// connection went away: libvirtd restarted), it dials again and runs f once more.
+func (h *host) call(f func(*libvirt.Libvirt) error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for try := 0; ; try++ {
+		if h.l == nil || !h.l.IsConnected() {
+			l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(h.socket), dialers.WithLocalTimeout(10*time.Second)))
+			if err := l.ConnectToURI(libvirt.ConnectURI(h.uri)); err != nil {
+				return fmt.Errorf("libvirt at %s: %w", h.socket, err)
+			}
+			h.l = l
+		}
+		err := f(h.l)
+		var answer libvirt.Error
+		if err == nil || try > 0 || errors.As(err, &answer) {
+			return err
+		}
+		_ = h.l.Disconnect()
+		h.l = nil
+	}
+}
 
 // object is a domain, a volume of the test bed's pool or an NVRAM file.
 type object struct{ Kind, Name string }
@@ -52,9 +83,11 @@ func objectList(objs []object) string {
 
 // domains is the set of defined domain names.
 func (h *host) domains() (map[string]bool, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ds, _, err := h.l.ConnectListAllDomains(1, libvirt.ConnectListDomainsActive|libvirt.ConnectListDomainsInactive)
+	var ds []libvirt.Domain
+	err := h.call(func(l *libvirt.Libvirt) (err error) {
+		ds, _, err = l.ConnectListAllDomains(1, libvirt.ConnectListDomainsActive|libvirt.ConnectListDomainsInactive)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listing domains: %w", err)
 	}
@@ -67,13 +100,14 @@ func (h *host) domains() (map[string]bool, error) {
 
 // volumes is the set of volume names in the test bed's pool.
 func (h *host) volumes() (map[string]bool, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	p, err := h.l.StoragePoolLookupByName(h.pool)
-	if err != nil {
-		return nil, fmt.Errorf("pool %s: %w", h.pool, err)
-	}
-	vs, _, err := h.l.StoragePoolListAllVolumes(p, 1, 0)
+	var vs []libvirt.StorageVol
+	err := h.call(func(l *libvirt.Libvirt) error {
+		p, err := l.StoragePoolLookupByName(h.pool)
+		if err == nil {
+			vs, _, err = l.StoragePoolListAllVolumes(p, 1, 0)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listing the volumes of pool %s: %w", h.pool, err)
 	}
@@ -142,13 +176,14 @@ func (h *host) leftovers(namespaces []string, keep map[string]bool) ([]object, e
 // domainObjects are a domain's volumes (overlay, seed) and NVRAM file, read from its
 // definition while it exists, and the domain itself.
 func (h *host) domainObjects(name string) ([]object, error) {
-	h.mu.Lock()
-	d, err := h.l.DomainLookupByName(name)
 	var x string
-	if err == nil {
-		x, err = h.l.DomainGetXMLDesc(d, 0)
-	}
-	h.mu.Unlock()
+	err := h.call(func(l *libvirt.Libvirt) error {
+		d, err := l.DomainLookupByName(name)
+		if err == nil {
+			x, err = l.DomainGetXMLDesc(d, 0)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("domain %s on the test bed: %w", name, err)
 	}
@@ -209,25 +244,29 @@ func (h *host) remove(objs []object) []error {
 		var err error
 		switch o.Kind {
 		case "domain":
-			h.mu.Lock()
-			var d libvirt.Domain
-			if d, err = h.l.DomainLookupByName(o.Name); err == nil {
-				_ = h.l.DomainDestroy(d)
-				if err = h.l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram); err != nil {
-					err = h.l.DomainUndefineFlags(d, 0)
+			err = h.call(func(l *libvirt.Libvirt) error {
+				d, err := l.DomainLookupByName(o.Name)
+				if err != nil {
+					return err
 				}
-			}
-			h.mu.Unlock()
+				_ = l.DomainDestroy(d)
+				if err := l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram); err != nil {
+					return l.DomainUndefineFlags(d, 0)
+				}
+				return nil
+			})
 		case "volume":
-			h.mu.Lock()
-			var p libvirt.StoragePool
-			var v libvirt.StorageVol
-			if p, err = h.l.StoragePoolLookupByName(h.pool); err == nil {
-				if v, err = h.l.StorageVolLookupByName(p, o.Name); err == nil {
-					err = h.l.StorageVolDelete(v, libvirt.StorageVolDeleteNormal)
+			err = h.call(func(l *libvirt.Libvirt) error {
+				p, err := l.StoragePoolLookupByName(h.pool)
+				if err != nil {
+					return err
 				}
-			}
-			h.mu.Unlock()
+				v, err := l.StorageVolLookupByName(p, o.Name)
+				if err != nil {
+					return err
+				}
+				return l.StorageVolDelete(v, libvirt.StorageVolDeleteNormal)
+			})
 		case "nvram":
 			err = os.Remove(o.Name)
 			if os.IsNotExist(err) {
@@ -244,15 +283,16 @@ func (h *host) remove(objs []object) []error {
 // bridgeIP is the first IPv4 address of the libvirt network (the guests' gateway, where the
 // 204 origin listens).
 func (h *host) bridgeIP(network string) (string, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n, err := h.l.NetworkLookupByName(network)
+	var x string
+	err := h.call(func(l *libvirt.Libvirt) error {
+		n, err := l.NetworkLookupByName(network)
+		if err == nil {
+			x, err = l.NetworkGetXMLDesc(n, 0)
+		}
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("libvirt network %s: %w", network, err)
-	}
-	x, err := h.l.NetworkGetXMLDesc(n, 0)
-	if err != nil {
-		return "", err
 	}
 	var nx libvirtxml.Network
 	if err := nx.Unmarshal(x); err != nil {
