@@ -475,6 +475,7 @@ func TestUpdate(t *testing.T) {
 		cr        *v1alpha1.KVMDomain
 		state     string
 		asked     time.Duration // a shutdown was asked this long ago (0: never)
+		lastAsked time.Duration // the last request was sent this long ago (0: none)
 		objs      []client.Object
 		wantCalls []string
 		wantErr   string
@@ -486,6 +487,15 @@ func TestUpdate(t *testing.T) {
 		"ShutdownWhenRunning": {
 			reason: "powerState Stopped asks a running guest to shut down",
 			cr:     kvm(stopped), state: libvirt.StateRunning, wantCalls: []string{"ShutdownDomain " + ourDomain},
+		},
+		"NotAskedAgainRightAway": {
+			reason: "a stopping guest is not asked again within shutdownRepeat",
+			cr:     kvm(stopped), state: libvirt.StateRunning, asked: 5 * time.Second, lastAsked: 5 * time.Second,
+		},
+		"AskedAgainAfterRepeat": {
+			reason: "a guest still running shutdownRepeat after the last request is asked again",
+			cr:     kvm(stopped), state: libvirt.StateRunning, asked: 20 * time.Second, lastAsked: shutdownRepeat + time.Second,
+			wantCalls: []string{"ShutdownDomain " + ourDomain},
 		},
 		"ForceOffAfterGrace": {
 			reason: "a guest that ignored the request past the grace period is powered off",
@@ -530,6 +540,9 @@ func TestUpdate(t *testing.T) {
 			e.kube = fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...).Build()
 			if tc.asked > 0 {
 				e.shutdowns.m[types.UID(uid)] = time.Now().Add(-tc.asked)
+			}
+			if tc.lastAsked > 0 {
+				e.shutdowns.last = map[types.UID]time.Time{types.UID(uid): time.Now().Add(-tc.lastAsked)}
 			}
 			h.calls = nil
 			_, err := e.Update(context.Background(), tc.cr)
