@@ -120,7 +120,7 @@ test: deps controlplane tools testbed-up image ## The README's test command: all
 E2E_DEPS := deps controlplane tools xpkg testbed-up image
 
 .PHONY: e2e
-e2e: $(E2E_DEPS) ## Proxies end to end: two Proxies, a claim, squid 204, deletion, timeline vs plain virsh (~15 min).
+e2e: $(E2E_DEPS) ## Proxies end to end: two Proxies, a claim, squid 204, deletion, timeline vs plain virsh (~10 min).
 	cluster/e2e/run.sh
 
 .PHONY: demo
