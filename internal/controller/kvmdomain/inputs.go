@@ -85,16 +85,16 @@ func (e *external) inputs(ctx context.Context, cr *v1alpha1.KVMDomain) (*inputs,
 
 // spec builds the domain definition of cr.
 func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string, error) {
-	p := cr.Spec.ForProvider
+	p, t := cr.Spec.ForProvider, e.target(cr)
 	s := domainxml.Spec{
-		Name:      e.target(cr).domain,
+		Name:      t.domain,
 		UUID:      uuid,
 		Type:      string(p.DomainType),
 		VCPU:      uint(p.VCPU),
 		MemoryMiB: uint(p.MemoryMiB),
 		CPUMode:   string(p.CPUMode),
 		Firmware:  string(p.Firmware),
-		RootDisk:  domainxml.Volume{Pool: e.pool(cr), Name: e.target(cr).overlay},
+		RootDisk:  domainxml.Volume{Pool: t.pool, Name: t.overlay},
 		Network:   p.Network,
 		Bridge:    p.Bridge,
 		MAC:       mac(cr),

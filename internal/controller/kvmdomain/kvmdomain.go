@@ -170,6 +170,4 @@ func (e *external) target(cr *v1alpha1.KVMDomain) target {
 	return t
 }
 
-func (e *external) pool(cr *v1alpha1.KVMDomain) string { return e.target(cr).pool }
-
 func (e *external) Disconnect(context.Context) error { return nil }

@@ -96,7 +96,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 		return managed.ExternalObservation{}, accessErr
 	}
 
-	if err := record(cr, t, d, imported); err != nil {
+	if err := reportFound(cr, t, d, imported); err != nil {
 		return managed.ExternalObservation{}, err
 	}
 	at := &cr.Status.AtProvider
@@ -140,9 +140,9 @@ func sizes(d libvirt.DomainInfo) (persistent, live domainxml.Size, err error) {
 	return persistent, live, err
 }
 
-// record writes what was found of d into status. An imported domain reports its own MAC and
+// reportFound writes what was found of d into status. An imported domain reports its own MAC and
 // has no overlay of ours.
-func record(cr *v1alpha1.KVMDomain, t target, d libvirt.DomainInfo, imported bool) error {
+func reportFound(cr *v1alpha1.KVMDomain, t target, d libvirt.DomainInfo, imported bool) error {
 	at := &cr.Status.AtProvider
 	at.UUID, at.State, at.WaitingFor = d.UUID, d.State, ""
 	at.MACAddress, at.OverlayVolume = mac(cr), t.overlay
