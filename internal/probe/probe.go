@@ -38,6 +38,10 @@ func HTTPProxy(ctx context.Context, dial DialFunc, proxyAddr, url string, want i
 		return errors.Wrapf(err, "cannot connect to the proxy at %s", proxyAddr)
 	}
 	defer c.Close() //nolint:errcheck // Only read from.
+	// Closing the connection when ctx ends is what bounds the exchange: a connection tunnelled
+	// through SSH has no deadlines, and a guest destroyed mid-probe never answers or resets.
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	defer stop()
 	if d, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(d)
 	}

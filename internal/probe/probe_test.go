@@ -2,6 +2,8 @@ package probe
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -78,5 +80,34 @@ func TestTCP(t *testing.T) {
 	}
 	if err := TCP(context.Background(), dialer, "127.0.0.1:1", time.Second); err == nil {
 		t.Error("TCP() to a closed port succeeded")
+	}
+}
+
+// noDeadlineConn is a connection like one tunnelled through SSH: deadlines are refused.
+type noDeadlineConn struct{ net.Conn }
+
+func (noDeadlineConn) SetDeadline(time.Time) error      { return errors.New("deadline not supported") }
+func (noDeadlineConn) SetReadDeadline(time.Time) error  { return errors.New("deadline not supported") }
+func (noDeadlineConn) SetWriteDeadline(time.Time) error { return errors.New("deadline not supported") }
+
+// A guest destroyed in the middle of a probe never answers and never resets the connection;
+// the probe must still end at its timeout, or the reconcile that runs it hangs for good.
+func TestHTTPProxySilentPeerWithoutDeadlines(t *testing.T) {
+	client, server := net.Pipe()
+	t.Cleanup(func() { _ = server.Close() })
+	go func() { _, _ = io.Copy(io.Discard, server) }() // reads the request, never answers
+	dial := func(context.Context, string, string) (net.Conn, error) { return noDeadlineConn{client}, nil }
+
+	done := make(chan error, 1)
+	go func() {
+		done <- HTTPProxy(context.Background(), dial, "192.0.2.1:3128", "http://192.0.2.2/", 204, 200*time.Millisecond)
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("HTTPProxy() to a silent peer succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("HTTPProxy() to a silent peer over a connection without deadlines did not return")
 	}
 }

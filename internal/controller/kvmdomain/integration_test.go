@@ -193,7 +193,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		virsh(t, "destroy", name)
 		testenv.Eventually(t, 2*time.Minute, "domain recreated and running", func() error {
 			if !exists(t, "domstate", name) {
-				return fmt.Errorf("not defined yet")
+				return fmt.Errorf("not defined yet; KVMDomain: %s", conditions(ctx, kube, vm))
 			}
 			if st := strings.TrimSpace(virsh(t, "domstate", name)); st != "running" {
 				return fmt.Errorf("state %s", st)
@@ -207,7 +207,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		virsh(t, "destroy", name)
 		testenv.Eventually(t, 2*time.Minute, "domain started again", func() error {
 			if !exists(t, "domstate", name) {
-				return fmt.Errorf("not defined")
+				return fmt.Errorf("not defined; KVMDomain: %s", conditions(ctx, kube, vm))
 			}
 			if st := strings.TrimSpace(virsh(t, "domstate", name)); st != "running" {
 				return fmt.Errorf("state %s", st)
@@ -419,4 +419,13 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// conditions reads vm again and describes its conditions, for failure messages.
+func conditions(ctx context.Context, kube client.Client, vm *v1alpha1.KVMDomain) string {
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+		return err.Error()
+	}
+	r, s := vm.GetCondition(xpv2.TypeReady), vm.GetCondition(xpv2.TypeSynced)
+	return fmt.Sprintf("Ready=%s %s %q; Synced=%s %q", r.Status, r.Reason, r.Message, s.Status, s.Message)
 }
