@@ -37,7 +37,7 @@ CORE_VERSION=${CORE_VERSION:-v2.4.0}
 PKG_TAG=${PKG_TAG:-v0.0.0-e2e}
 # Provider poll interval: how often a booting KVMDomain is looked at again. Part of the
 # measured overhead (see docs/e2e.md).
-POLL=${POLL:-5s}
+POLL=${POLL:-} # empty: the provider's default (--poll=1m), as a platform team installs it
 # Ports, all on 127.0.0.1 inside the namespace (the 204 origin on the bridge address).
 ETCD_PORT=${ETCD_PORT:-12379}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
@@ -338,7 +338,7 @@ start_registry() {
 }
 
 start_provider() {
-	start provider "$OUT/provider" --poll="$POLL" --metrics-bind-address="127.0.0.1:$PROVIDER_METRICS_PORT" \
+	start provider "$OUT/provider" ${POLL:+--poll="$POLL"} --metrics-bind-address="127.0.0.1:$PROVIDER_METRICS_PORT" \
 		${PROVIDER_DEBUG:+--debug}
 }
 

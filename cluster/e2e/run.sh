@@ -19,7 +19,7 @@
 # the host afterwards is removed with libvirt calls (e2e.test -e2e.clean).
 #
 # Env: VCPUS (2) and MEM_MIB (1024) of every guest, GUEST_TIMEOUT (900 s per guest),
-#      DELETE_TIMEOUT (600 s), POLL (provider poll interval, 5s), E2E_WORK
+#      DELETE_TIMEOUT (600 s), POLL (provider poll interval; default: the provider's own, 1m), E2E_WORK
 #      (/var/lib/provider-kvm-e2e), SKIP_BASELINE=1, PROVIDER_DEBUG=1, KEEP_ON_FAILURE=1 (leave
 #      processes and VMs running after a failure, for debugging; make demo-down removes them),
 #      E2E_RUN (the -test.run pattern, ^TestE2E$).

@@ -119,7 +119,7 @@ func loadConfig() config {
 		FnAutoReadyPort:     envInt("FN_AUTOREADY_PORT", 19444),
 		ProviderMetricsPort: envInt("PROVIDER_METRICS_PORT", 18082),
 		PkgTag:              getenv("PKG_TAG", "v0.0.0-e2e"),
-		Poll:                getenv("POLL", "5s"),
+		Poll:                getenv("POLL", "1m (default)"),
 		VCPUs:               envInt("VCPUS", 2),
 		MemMiB:              envInt("MEM_MIB", 1024),
 		GuestTimeout:        time.Duration(envInt("GUEST_TIMEOUT", 900)) * time.Second,

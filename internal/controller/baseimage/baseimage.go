@@ -17,7 +17,14 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	ctrlsource "sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -55,6 +62,10 @@ const (
 	errRetryLater = "cannot publish the image; it is tried again %s after this attempt failed"
 )
 
+// jobsDoneBuffer is how many finished jobs may wait to be requeued; more are dropped (the
+// poll still comes).
+const jobsDoneBuffer = 256
+
 // Event reasons.
 const (
 	reasonUpload   event.Reason = "ImagePublished"
@@ -64,13 +75,22 @@ const (
 )
 
 // Setup adds the BaseImage controller; it starts once the BaseImage CRD is established.
+// A finished publish job requeues its BaseImage at once (done), so it turns Ready the moment
+// the image is verified, not at the next poll.
 func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) error {
-	js := newJobs()
+	done := make(chan ctrlevent.TypedGenericEvent[client.Object], jobsDoneBuffer)
+	js := newJobs(func(nn types.NamespacedName) {
+		select {
+		case done <- ctrlevent.TypedGenericEvent[client.Object]{Object: &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name}}}:
+		default: // the poll still comes
+		}
+	})
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.BaseImage]{
 		GroupKind: v1alpha1.BaseImageGroupKind,
 		GVK:       v1alpha1.BaseImageGroupVersionKind,
 		Object:    &v1alpha1.BaseImage{},
 		List:      &v1alpha1.BaseImageList{},
+		Watches:   []ctrlsource.TypedSource[reconcile.Request]{ctrlsource.Channel(done, &handler.EnqueueRequestForObject{})},
 		ExternalName: func(mg resource.Managed) string {
 			return imagecache.VolumeName(source(mg.(*v1alpha1.BaseImage)))
 		},
@@ -300,7 +320,7 @@ func (e *external) Create(_ context.Context, cr *v1alpha1.BaseImage) (managed.Ex
 	// The external name follows the volume of the current source.
 	meta.SetExternalName(cr, imagecache.VolumeName(src))
 	// The publish job outlives this reconcile, so it runs on a context of its own (jobs.start).
-	e.jobs.start(cr.GetUID(), src, e.policy, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) { //nolint:contextcheck // see above
+	e.jobs.start(cr.GetUID(), types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, src, e.policy, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) { //nolint:contextcheck // see above
 		return e.cache.Publish(ctx, pool, src, own, progress)
 	})
 	cr.SetConditions(xpv2.Creating())

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
@@ -79,8 +80,8 @@ func TestObserveFailedDownload(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cr := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "img", UID: "uid-1"},
 				Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Pool: "default", Source: v1alpha1.ImageSource{URL: "http://127.0.0.1:8080/a"}}}}
-			js := newJobs()
-			j := js.start(cr.GetUID(), source(cr), tc.args.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+			js := newJobs(nil)
+			j := js.start(cr.GetUID(), types.NamespacedName{}, source(cr), tc.args.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 				return imagecache.Result{}, tc.args.err
 			})
 			<-j.done
@@ -98,6 +99,43 @@ func TestObserveFailedDownload(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// A job that ends, well or not, names its BaseImage at once: it is observed then, not at its
+// next poll.
+func TestJobsTellWhenFinished(t *testing.T) {
+	for name, fail := range map[string]bool{"Published": false, "Failed": true} {
+		t.Run(name, func(t *testing.T) {
+			told := make(chan types.NamespacedName, 1)
+			js := newJobs(func(nn types.NamespacedName) { told <- nn })
+			release := make(chan struct{})
+			want := types.NamespacedName{Namespace: "team-a", Name: "debian"}
+			j := js.start("uid-1", want, imagecache.Source{URL: "https://example.org/a.qcow2"}, "", func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				<-release
+				if fail {
+					return imagecache.Result{}, context.DeadlineExceeded
+				}
+				return imagecache.Result{}, nil
+			})
+			select {
+			case nn := <-told:
+				t.Fatalf("told %v before the job finished", nn)
+			default:
+			}
+			close(release)
+			select {
+			case got := <-told:
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("finished: -want +got:\n%s", diff)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a finished job told nobody")
+			}
+			if !j.finished() {
+				t.Error("told before the job's result was set")
 			}
 		})
 	}

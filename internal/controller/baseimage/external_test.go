@@ -100,7 +100,7 @@ func published() imagecache.Image {
 }
 
 func newExternal(c Cache) *external {
-	return &external{jobs: newJobs(), recorder: event.NewNopRecorder(), defaults: v1alpha1.HostDefaults{Pool: "default"}, cache: c, now: time.Now}
+	return &external{jobs: newJobs(nil), recorder: event.NewNopRecorder(), defaults: v1alpha1.HostDefaults{Pool: "default"}, cache: c, now: time.Now}
 }
 
 // result is what the Observe tests compare.
@@ -198,7 +198,7 @@ func TestObserve(t *testing.T) {
 			},
 			job: func(e *external) {
 				block := make(chan struct{})
-				e.jobs.start(types.UID(uid), src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				e.jobs.start(types.UID(uid), types.NamespacedName{}, src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 					<-block
 					return imagecache.Result{}, nil
 				})
@@ -214,7 +214,7 @@ func TestObserve(t *testing.T) {
 				}}
 			},
 			job: func(e *external) {
-				j := e.jobs.start(types.UID(uid), imagecache.Source{URL: "https://example.org/old.qcow2"}, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, imagecache.Source{URL: "https://example.org/old.qcow2"}, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 					return imagecache.Result{}, nil
 				})
 				<-j.done
@@ -230,7 +230,7 @@ func TestObserve(t *testing.T) {
 				}}
 			},
 			job: func(e *external) {
-				j := e.jobs.start(types.UID(uid), src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 					return imagecache.Result{}, errBoom
 				})
 				<-j.done

@@ -43,9 +43,14 @@ func (j *job) finished() bool {
 type jobs struct {
 	mu sync.Mutex
 	m  map[types.UID]*job
+	// finished is told the BaseImage of every job that ends, so that it is observed at once
+	// rather than at its next poll; nil tells nobody.
+	finished func(types.NamespacedName)
 }
 
-func newJobs() *jobs { return &jobs{m: map[types.UID]*job{}} }
+func newJobs(finished func(types.NamespacedName)) *jobs {
+	return &jobs{m: map[types.UID]*job{}, finished: finished}
+}
 
 func (js *jobs) get(uid types.UID) *job {
 	js.mu.Lock()
@@ -53,10 +58,10 @@ func (js *jobs) get(uid types.UID) *job {
 	return js.m[uid]
 }
 
-// start runs publish for uid unless a job for the same source and policy is already
+// start runs publish for uid (the BaseImage nn) unless a job for the same source and policy is already
 // running. A job for another source (the spec was edited) or policy (the config's
 // imageSources were) is cancelled first.
-func (js *jobs) start(uid types.UID, src imagecache.Source, policy string, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) *job {
+func (js *jobs) start(uid types.UID, nn types.NamespacedName, src imagecache.Source, policy string, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) *job {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if j, ok := js.m[uid]; ok {
@@ -76,6 +81,9 @@ func (js *jobs) start(uid types.UID, src imagecache.Source, policy string, publi
 		})
 		j.finishedAt = time.Now()
 		close(j.done)
+		if js.finished != nil {
+			js.finished(nn)
+		}
 	}()
 	return j
 }

@@ -14,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
@@ -75,9 +73,10 @@ const (
 
 // Setup adds the KVMDomain controller; it starts once the KVMDomain CRD is established. With
 // events (from the watcher the host connections feed, see internal/domainevents), a domain's
-// lifecycle and guest agent events reconcile its KVMDomain at once; nil means polls only.
+// lifecycle and guest agent events reconcile its KVMDomain at once; nil means polls only. A
+// BaseImage or SeedVolume turning Ready reconciles the KVMDomains that name it (inputwatch.go).
 func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher) error {
-	var watches []source.TypedSource[reconcile.Request]
+	watches := inputWatches(mgr.GetCache(), mgr.GetClient())
 	if events != nil {
 		watches = append(watches, events.Source())
 	}

@@ -1,10 +1,15 @@
 package setup
 
 import (
+	"context"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 )
@@ -24,8 +29,15 @@ const (
 // a second per minute it has waited, up to the configured interval. So a Proxy turns Ready
 // within a second or two of its guest, whatever --poll says, and a resource stuck for an hour
 // costs no more than a Ready one.
-func PollHook(now func() time.Time) func(resource.Managed, time.Duration) time.Duration {
+//
+// A resource its external client just updated (updated, nil for none) is looked at again after
+// MinNotReadyPoll too: what the update did (a rewritten seed, a grown disk) is observed and
+// reported then, not a poll interval later.
+func PollHook(now func() time.Time, updated *Updated) func(resource.Managed, time.Duration) time.Duration {
 	return func(mg resource.Managed, poll time.Duration) time.Duration {
+		if updated.take(mg.GetUID()) && poll > MinNotReadyPoll {
+			return MinNotReadyPoll
+		}
 		c := mg.GetCondition(xpv2.TypeReady)
 		if c.Status == corev1.ConditionTrue || poll <= MinNotReadyPoll {
 			return poll
@@ -44,4 +56,46 @@ func PollHook(now func() time.Time) func(resource.Managed, time.Duration) time.D
 		}
 		return d
 	}
+}
+
+// Updated remembers the resources whose external client's Update just succeeded, until their
+// next poll is set.
+type Updated struct{ m sync.Map }
+
+func (u *Updated) mark(uid types.UID) {
+	if u != nil {
+		u.m.Store(uid, struct{}{})
+	}
+}
+
+func (u *Updated) take(uid types.UID) bool {
+	if u == nil {
+		return false
+	}
+	_, ok := u.m.LoadAndDelete(uid)
+	return ok
+}
+
+// trackUpdates wraps a connector so that its clients' successful Updates are marked in u.
+func trackUpdates[T resource.Managed](c managed.TypedExternalConnector[T], u *Updated) managed.TypedExternalConnector[T] {
+	return managed.TypedExternalConnectorFn[T](func(ctx context.Context, mg T) (managed.TypedExternalClient[T], error) {
+		ec, err := c.Connect(ctx, mg)
+		if err != nil {
+			return nil, err
+		}
+		return &updateTracker[T]{TypedExternalClient: ec, updated: u}, nil
+	})
+}
+
+type updateTracker[T resource.Managed] struct {
+	managed.TypedExternalClient[T]
+	updated *Updated
+}
+
+func (t *updateTracker[T]) Update(ctx context.Context, mg T) (managed.ExternalUpdate, error) {
+	u, err := t.TypedExternalClient.Update(ctx, mg)
+	if err == nil {
+		t.updated.mark(mg.GetUID())
+	}
+	return u, err
 }

@@ -60,12 +60,14 @@ func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) 
 	name := managed.ControllerName(k.GroupKind)
 	rec := event.NewAPIRecorder(mgr.GetEventRecorderFor(name)) //nolint:staticcheck // crossplane-runtime's recorder still takes the old events API.
 
+	updated := &Updated{}
 	opts := []managed.ReconcilerOption{
-		managed.WithTypedExternalConnector[T](k.Connector(rec)),
+		managed.WithTypedExternalConnector[T](trackUpdates(k.Connector(rec), updated)),
 		managed.WithLogger(o.Logger.WithValues("controller", name)),
 		managed.WithPollInterval(o.PollInterval),
-		// Resources that are not Ready yet are looked at again within seconds (PollHook).
-		managed.WithPollIntervalHook(PollHook(time.Now)),
+		// Resources that are not Ready yet, or were just updated, are looked at again within
+		// seconds (PollHook).
+		managed.WithPollIntervalHook(PollHook(time.Now, updated)),
 		managed.WithRecorder(rec),
 		managed.WithReferenceResolver(managed.NewAPISimpleReferenceResolver(mgr.GetClient())),
 		// External names are derived from namespace, name and UID by each kind (see
