@@ -10,6 +10,8 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 // Default pool settings.
@@ -282,6 +284,8 @@ func (p *Connections) open(ctx context.Context, c Config, old *session) (*sessio
 		return nil, errors.Wrapf(err, errOpenLibvirt, c.URI)
 	}
 	s.lv = lv
+	metrics.Call(ctx, metrics.OpConnectOpen)
+	metrics.Opened(metrics.HostLabel(info.Address))
 	p.announce(info.Address, lv) //nolint:contextcheck // the subscription lives as long as the connection, not the call that opened it
 	if !reused {
 		p.log.Debug("Opened libvirt connection", "address", info.Address, "insecure", info.Insecure, "hostKey", info.HostKeyFingerprint)

@@ -8,6 +8,8 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 // StreamAbortGrace is how long Upload waits, after its context ended, for
@@ -29,11 +31,17 @@ type Client struct {
 	grace  time.Duration
 	socket string
 	uri    string
+	// kind labels the calls counted for contexts that carry no kind (metrics.WithKind).
+	kind string
+	// count counts one RPC; metrics.Call unless a test replaces it.
+	count func(ctx context.Context, op string)
+	// opened counts a connection of its own; metrics.Opened unless a test replaces it.
+	opened func(host string)
 }
 
 // New returns a Client for the host c connects to.
 func New(c Conn, opts ...Option) *Client {
-	cl := &Client{conn: c, grace: StreamAbortGrace, socket: DefaultSocket, uri: DefaultURI}
+	cl := &Client{conn: c, grace: StreamAbortGrace, socket: DefaultSocket, uri: DefaultURI, count: metrics.Call, opened: metrics.Opened}
 	for _, o := range opts {
 		o(cl)
 	}
@@ -78,7 +86,7 @@ const (
 func (c *Client) poolKey(pool string) string { return c.conn.Address() + "\x00" + pool }
 
 // poolInfo describes sp.
-func poolInfo(l *golibvirt.Libvirt, sp golibvirt.StoragePool) (Pool, error) {
+func poolInfo(l rpc, sp golibvirt.StoragePool) (Pool, error) {
 	state, capacity, alloc, avail, err := l.StoragePoolGetInfo(sp)
 	if err != nil {
 		return Pool{}, err
@@ -105,7 +113,7 @@ func poolInfo(l *golibvirt.Libvirt, sp golibvirt.StoragePool) (Pool, error) {
 // Pool looks up a storage pool. IsNotFound tells a missing pool.
 func (c *Client) Pool(ctx context.Context, name string) (Pool, error) {
 	var p Pool
-	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+	err := c.do(ctx, func(l rpc) error {
 		sp, err := l.StoragePoolLookupByName(name)
 		if err != nil {
 			return err
@@ -119,7 +127,7 @@ func (c *Client) Pool(ctx context.Context, name string) (Pool, error) {
 // ActivePools lists the host's active storage pools.
 func (c *Client) ActivePools(ctx context.Context) ([]Pool, error) {
 	var out []Pool
-	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+	err := c.do(ctx, func(l rpc) error {
 		sps, _, err := l.ConnectListAllStoragePools(1, golibvirt.ConnectListStoragePoolsActive)
 		if err != nil {
 			return err
@@ -140,7 +148,7 @@ func (c *Client) ActivePools(ctx context.Context) ([]Pool, error) {
 }
 
 // activePool looks up pool and fails unless it is active.
-func (c *Client) activePool(l *golibvirt.Libvirt, pool string) (golibvirt.StoragePool, error) {
+func (c *Client) activePool(l rpc, pool string) (golibvirt.StoragePool, error) {
 	sp, err := l.StoragePoolLookupByName(pool)
 	if err != nil {
 		return sp, err
@@ -155,7 +163,7 @@ func (c *Client) activePool(l *golibvirt.Libvirt, pool string) (golibvirt.Storag
 	return sp, nil
 }
 
-func volume(l *golibvirt.Libvirt, pool string, sv golibvirt.StorageVol) (Volume, error) {
+func volume(l rpc, pool string, sv golibvirt.StorageVol) (Volume, error) {
 	doc, err := l.StorageVolGetXMLDesc(sv, 0)
 	if err != nil {
 		return Volume{}, err
@@ -173,7 +181,7 @@ func volume(l *golibvirt.Libvirt, pool string, sv golibvirt.StorageVol) (Volume,
 // Volumes lists the volumes of an active pool with their XML details.
 func (c *Client) Volumes(ctx context.Context, pool string) ([]Volume, error) {
 	var out []Volume
-	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+	err := c.do(ctx, func(l rpc) error {
 		sp, err := c.activePool(l, pool)
 		if err != nil {
 			return err
@@ -199,8 +207,8 @@ func (c *Client) Volumes(ctx context.Context, pool string) ([]Volume, error) {
 }
 
 // withVolume runs fn on the named volume of pool.
-func (c *Client) withVolume(ctx context.Context, pool, name string, fn func(l *golibvirt.Libvirt, sv golibvirt.StorageVol) error) error {
-	return c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+func (c *Client) withVolume(ctx context.Context, pool, name string, fn func(l rpc, sv golibvirt.StorageVol) error) error {
+	return c.do(ctx, func(l rpc) error {
 		sp, err := l.StoragePoolLookupByName(pool)
 		if err != nil {
 			return err
@@ -216,7 +224,7 @@ func (c *Client) withVolume(ctx context.Context, pool, name string, fn func(l *g
 // Volume looks up a volume. IsNotFound tells a missing volume (or pool).
 func (c *Client) Volume(ctx context.Context, pool, name string) (Volume, error) {
 	var v Volume
-	err := c.withVolume(ctx, pool, name, func(l *golibvirt.Libvirt, sv golibvirt.StorageVol) error {
+	err := c.withVolume(ctx, pool, name, func(l rpc, sv golibvirt.StorageVol) error {
 		var err error
 		v, err = volume(l, pool, sv)
 		return err
@@ -226,7 +234,7 @@ func (c *Client) Volume(ctx context.Context, pool, name string) (Volume, error) 
 
 // ResizeVolume sets a volume's capacity, shrinking it too when size is smaller.
 func (c *Client) ResizeVolume(ctx context.Context, pool, name string, size uint64) error {
-	err := c.withVolume(ctx, pool, name, func(l *golibvirt.Libvirt, sv golibvirt.StorageVol) error {
+	err := c.withVolume(ctx, pool, name, func(l rpc, sv golibvirt.StorageVol) error {
 		return l.StorageVolResize(sv, size, golibvirt.StorageVolResizeShrink)
 	})
 	return errors.Wrapf(err, errResizeVol, name, pool, c.conn.Address())
@@ -236,7 +244,7 @@ func (c *Client) ResizeVolume(ctx context.Context, pool, name string, size uint6
 // (st_size of a file; a qcow2's file size, not its virtual size).
 func (c *Client) VolumePhysicalBytes(ctx context.Context, pool, name string) (uint64, error) {
 	var n uint64
-	err := c.withVolume(ctx, pool, name, func(l *golibvirt.Libvirt, sv golibvirt.StorageVol) error {
+	err := c.withVolume(ctx, pool, name, func(l rpc, sv golibvirt.StorageVol) error {
 		var err error
 		_, _, n, err = l.StorageVolGetInfoFlags(sv, uint32(golibvirt.StorageVolGetPhysical))
 		return err
@@ -246,13 +254,13 @@ func (c *Client) VolumePhysicalBytes(ctx context.Context, pool, name string) (ui
 
 // withPoolLock runs fn holding the process-wide lock of the pool, retrying
 // while libvirt says the pool is busy.
-func (c *Client) withPoolLock(ctx context.Context, pool string, fn func(l *golibvirt.Libvirt) error) error {
+func (c *Client) withPoolLock(ctx context.Context, pool string, fn func(l rpc) error) error {
 	unlock, err := lockPool(ctx, c.poolKey(pool))
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	return retryBusy(ctx, func() error { return c.conn.Do(ctx, fn) })
+	return retryBusy(ctx, func() error { return c.do(ctx, fn) })
 }
 
 // CreateVolume creates a volume from libvirt volume XML (see VolumeXML) in
@@ -264,7 +272,7 @@ func (c *Client) CreateVolume(ctx context.Context, pool, xml string) (Volume, er
 		name = x.Name
 	}
 	var v Volume
-	err := c.withPoolLock(ctx, pool, func(l *golibvirt.Libvirt) error {
+	err := c.withPoolLock(ctx, pool, func(l rpc) error {
 		sp, err := c.activePool(l, pool)
 		if err != nil {
 			return err
@@ -282,7 +290,7 @@ func (c *Client) CreateVolume(ctx context.Context, pool, xml string) (Volume, er
 // DeleteVolume deletes a volume. A volume (or pool) that is already gone
 // is success.
 func (c *Client) DeleteVolume(ctx context.Context, pool, name string) error {
-	err := c.withPoolLock(ctx, pool, func(l *golibvirt.Libvirt) error {
+	err := c.withPoolLock(ctx, pool, func(l rpc) error {
 		sp, err := l.StoragePoolLookupByName(pool)
 		if err != nil {
 			return err
@@ -302,7 +310,7 @@ func (c *Client) DeleteVolume(ctx context.Context, pool, name string) error {
 // RefreshPool makes libvirt rescan an active pool; for a dir pool it probes
 // every file's format and size again.
 func (c *Client) RefreshPool(ctx context.Context, pool string) error {
-	err := c.withPoolLock(ctx, pool, func(l *golibvirt.Libvirt) error {
+	err := c.withPoolLock(ctx, pool, func(l rpc) error {
 		sp, err := c.activePool(l, pool)
 		if err != nil {
 			return err
@@ -329,7 +337,7 @@ func (r ctxReader) Read(p []byte) (int, error) {
 // doStream runs a streaming call. When ctx ends the stream should end by
 // itself (the reader fails, go-libvirt aborts the stream); Do only closes
 // the connection if that takes longer than the grace period.
-func (c *Client) doStream(ctx context.Context, fn func(l *golibvirt.Libvirt) error) error {
+func (c *Client) doStream(ctx context.Context, fn func(l rpc) error) error {
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
@@ -342,7 +350,7 @@ func (c *Client) doStream(ctx context.Context, fn func(l *golibvirt.Libvirt) err
 		}
 	})
 	defer stop()
-	err := c.conn.Do(dctx, fn)
+	err := c.do(dctx, fn)
 	if err != nil && ctx.Err() != nil {
 		return errors.Wrapf(context.Cause(ctx), errStreamAbort, err)
 	}
@@ -354,7 +362,7 @@ func (c *Client) doStream(ctx context.Context, fn func(l *golibvirt.Libvirt) err
 // read error of r aborts the stream and is returned. When ctx ends the
 // stream is aborted and the error wraps ctx's cause.
 func (c *Client) Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error {
-	err := c.doStream(ctx, func(l *golibvirt.Libvirt) error {
+	err := c.doStream(ctx, func(l rpc) error {
 		sp, err := c.activePool(l, pool)
 		if err != nil {
 			return err
@@ -387,7 +395,7 @@ type DomainDisk struct {
 // DomainDisks lists the disks of every domain, running or defined.
 func (c *Client) DomainDisks(ctx context.Context) ([]DomainDisk, error) {
 	var out []DomainDisk
-	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+	err := c.do(ctx, func(l rpc) error {
 		doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
 		if err != nil {
 			return err
@@ -461,7 +469,7 @@ func sourceDisk(s *libvirtxml.DomainDiskSource) (DomainDisk, bool) {
 }
 
 // volumePath returns the path of a volume, or "" if it cannot be found.
-func volumePath(l *golibvirt.Libvirt, pool, name string) string {
+func volumePath(l rpc, pool, name string) string {
 	sp, err := l.StoragePoolLookupByName(pool)
 	if err != nil {
 		return ""

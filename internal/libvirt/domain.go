@@ -71,7 +71,7 @@ type DomainInfo struct {
 // Domain returns the state and definitions of the named domain.
 func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 	var out DomainInfo
-	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+	err := c.do(ctx, func(l rpc) error {
 		d, err := l.DomainLookupByName(name)
 		if err != nil {
 			return err
@@ -99,7 +99,7 @@ func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 
 // DefineDomain defines (or redefines, for the same name and UUID) a persistent domain.
 func (c *Client) DefineDomain(ctx context.Context, xml string) error {
-	err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+	err := c.do(ctx, func(l rpc) error {
 		_, err := l.DomainDefineXML(xml)
 		return err
 	})
@@ -107,8 +107,8 @@ func (c *Client) DefineDomain(ctx context.Context, xml string) error {
 }
 
 // withDomain runs fn on the named domain.
-func (c *Client) withDomain(ctx context.Context, name string, fn func(l *golibvirt.Libvirt, d golibvirt.Domain) error) error {
-	return c.conn.Do(ctx, func(l *golibvirt.Libvirt) error {
+func (c *Client) withDomain(ctx context.Context, name string, fn func(l rpc, d golibvirt.Domain) error) error {
+	return c.do(ctx, func(l rpc) error {
 		d, err := l.DomainLookupByName(name)
 		if err != nil {
 			return err
@@ -119,26 +119,26 @@ func (c *Client) withDomain(ctx context.Context, name string, fn func(l *golibvi
 
 // StartDomain boots a defined domain.
 func (c *Client) StartDomain(ctx context.Context, name string) error {
-	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error { return l.DomainCreate(d) })
+	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error { return l.DomainCreate(d) })
 	return errors.Wrapf(err, errStartDomain, name, c.conn.Address())
 }
 
 // ShutdownDomain asks the guest to shut down (ACPI power button). It returns at once.
 func (c *Client) ShutdownDomain(ctx context.Context, name string) error {
-	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error { return l.DomainShutdown(d) })
+	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error { return l.DomainShutdown(d) })
 	return errors.Wrapf(err, errShutdownDomain, name, c.conn.Address())
 }
 
 // DestroyDomain stops a running domain at once, like pulling its plug.
 func (c *Client) DestroyDomain(ctx context.Context, name string) error {
-	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error { return l.DomainDestroy(d) })
+	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error { return l.DomainDestroy(d) })
 	return errors.Wrapf(err, errDestroyDomain, name, c.conn.Address())
 }
 
 // UndefineDomain removes a stopped domain's definition with its NVRAM file and managed
 // save image.
 func (c *Client) UndefineDomain(ctx context.Context, name string) error {
-	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error {
+	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error {
 		return l.DomainUndefineFlags(d, golibvirt.DomainUndefineNvram|golibvirt.DomainUndefineManagedSave)
 	})
 	return errors.Wrapf(err, errUndefineDomain, name, c.conn.Address())
@@ -147,7 +147,7 @@ func (c *Client) UndefineDomain(ctx context.Context, name string) error {
 // BlockResize grows a running domain's disk (given by its path on the host) to size bytes;
 // QEMU resizes the image it holds open and tells the guest.
 func (c *Client) BlockResize(ctx context.Context, name, path string, size uint64) error {
-	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error {
+	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error {
 		return l.DomainBlockResize(d, path, size, golibvirt.DomainBlockResizeBytes)
 	})
 	return errors.Wrapf(err, "cannot resize disk %s of domain %s on %s", path, name, c.conn.Address())
@@ -159,7 +159,7 @@ func (c *Client) SetAutostart(ctx context.Context, name string, on bool) error {
 	if on {
 		v = 1
 	}
-	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error { return l.DomainSetAutostart(d, v) })
+	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error { return l.DomainSetAutostart(d, v) })
 	return errors.Wrapf(err, errAutostartDomain, name, c.conn.Address())
 }
 
@@ -179,7 +179,7 @@ func (c *Client) DomainIPv4(ctx context.Context, name, mac, source string) (stri
 		SourceARP:   uint32(golibvirt.DomainInterfaceAddressesSrcArp),
 	}[source]
 	var ip string
-	err := c.withDomain(ctx, name, func(l *golibvirt.Libvirt, d golibvirt.Domain) error {
+	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error {
 		ifaces, err := l.DomainInterfaceAddresses(d, src, 0)
 		if err != nil {
 			return err

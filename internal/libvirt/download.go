@@ -10,6 +10,8 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
+
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 // Defaults of the connection Download opens.
@@ -31,6 +33,15 @@ type Option func(*Client)
 // ProviderConfig's socket), default DefaultSocket.
 func WithSocket(path string) Option { return func(c *Client) { c.socket = path } }
 
+// WithKind labels the calls the Client counts with kind (the managed resource kind whose
+// reconcile makes them) when their context carries none (metrics.WithKind).
+func WithKind(kind string) Option { return func(c *Client) { c.kind = kind } }
+
+// withCounters replaces how the Client counts its calls and opened connections (tests).
+func withCounters(call func(ctx context.Context, op string), opened func(host string)) Option {
+	return func(c *Client) { c.count, c.opened = call, opened }
+}
+
 // WithURI sets the libvirt URI that Download opens, default DefaultURI.
 func WithURI(uri string) Option { return func(c *Client) { c.uri = uri } }
 
@@ -47,14 +58,14 @@ func WithURI(uri string) Option { return func(c *Client) { c.uri = uri } }
 func (c *Client) Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error {
 	d, ok := c.conn.(Dialer)
 	if !ok {
-		err := c.conn.Do(ctx, func(l *golibvirt.Libvirt) error { return download(l, pool, name, w, offset, length) })
+		err := c.do(ctx, func(l rpc) error { return download(l, pool, name, w, offset, length) })
 		return errors.Wrapf(err, errDownloadVol, name, pool, c.conn.Address())
 	}
 	err := c.downloadOwnConn(ctx, d, pool, name, w, offset, length)
 	return errors.Wrapf(err, errDownloadVol, name, pool, c.conn.Address())
 }
 
-func download(l *golibvirt.Libvirt, pool, name string, w io.Writer, offset, length uint64) error {
+func download(l rpc, pool, name string, w io.Writer, offset, length uint64) error {
 	sp, err := l.StoragePoolLookupByName(pool)
 	if err != nil {
 		return err
@@ -74,10 +85,14 @@ func (c *Client) downloadOwnConn(ctx context.Context, d Dialer, pool, name strin
 	defer nc.Close() //nolint:errcheck // ends go-libvirt's receive loop
 	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
 	defer stop()
-	l := golibvirt.NewWithDialer(dialers.NewAlreadyConnected(newReorderConn(nc)))
+	lv := golibvirt.NewWithDialer(dialers.NewAlreadyConnected(newReorderConn(nc)))
+	ctx = c.withKind(ctx)
+	l := rpc{l: lv, ctx: ctx, count: c.count}
 	errc := make(chan error, 1)
 	go func() {
-		if err := l.ConnectToURI(golibvirt.ConnectURI(c.uri)); err != nil {
+		c.count(ctx, metrics.OpConnectOpen)
+		c.opened(metrics.HostLabel(c.conn.Address()))
+		if err := lv.ConnectToURI(golibvirt.ConnectURI(c.uri)); err != nil {
 			errc <- errors.Wrapf(err, "cannot open libvirt connection %s", c.uri)
 			return
 		}

@@ -9,6 +9,7 @@ package connection
 import (
 	"context"
 	"net"
+	"reflect"
 
 	"github.com/digitalocean/go-libvirt"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +22,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/hostconfig"
 	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 const (
@@ -52,6 +54,8 @@ type Connector struct {
 type Session struct {
 	conn   *host.Conn
 	onOpen func(host.OpenInfo)
+	// kind of the managed resource, the kind label of the libvirt calls counted for it.
+	kind string
 
 	// Defaults for fields the managed resource leaves empty.
 	Defaults v1alpha1.HostDefaults
@@ -77,14 +81,14 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 		return nil, errors.Wrap(err, errResolve)
 	}
 	h := r.Host.WithDefaults()
-	s := &Session{Defaults: r.Defaults, ImageSources: r.ImageSources, Source: r.Source, Socket: h.Socket, URI: h.URI,
+	s := &Session{kind: Kind(mg), Defaults: r.Defaults, ImageSources: r.ImageSources, Source: r.Source, Socket: h.Socket, URI: h.URI,
 		ImportsAllowed: r.ImportsAllowed(mg.GetNamespace())}
 	s.onOpen = func(info host.OpenInfo) {
 		if info.Insecure && c.Recorder != nil {
 			c.Recorder.Event(mg, event.Warning(ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address, r.Source)))
 		}
 	}
-	if s.conn, err = c.Conns.Get(host.ContextWithOnOpen(ctx, s.onOpen), r.Host); err != nil {
+	if s.conn, err = c.Conns.Get(s.context(ctx), r.Host); err != nil {
 		return nil, errors.Wrapf(err, errConnect, r.Source)
 	}
 	return s, nil
@@ -93,19 +97,39 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 // Do runs fn with the host's libvirt client, bounded by ctx. If the connection dropped since
 // Connect, Do reopens it (and warns again when that connection is insecure).
 func (s *Session) Do(ctx context.Context, fn func(l *libvirt.Libvirt) error) error {
-	return s.conn.Do(host.ContextWithOnOpen(ctx, s.onOpen), fn)
+	return s.conn.Do(s.context(ctx), fn)
+}
+
+// context is ctx with the session's hooks: the warning on an insecure new connection, and the
+// kind label of the libvirt calls counted (internal/metrics).
+func (s *Session) context(ctx context.Context) context.Context {
+	return metrics.WithKind(host.ContextWithOnOpen(ctx, s.onOpen), s.kind)
+}
+
+// Kind is the kind of a managed resource (its Go type's name when its TypeMeta is empty, as
+// it is for objects read from the cache): the kind label of the libvirt calls its reconcile
+// makes.
+func Kind(mg resource.Managed) string {
+	if k := mg.GetObjectKind().GroupVersionKind().Kind; k != "" {
+		return k
+	}
+	t := reflect.TypeOf(mg)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Name()
 }
 
 // DialContext dials addr from the host, e.g. to probe a guest that only the host can reach.
 func (s *Session) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	return s.conn.DialContext(host.ContextWithOnOpen(ctx, s.onOpen), network, addr)
+	return s.conn.DialContext(s.context(ctx), network, addr)
 }
 
 // Libvirt returns the typed libvirt client of the session's host: the one way every external
 // client reaches libvirt (connections of its own, for downloads, use the config's socket and
 // URI).
 func (s *Session) Libvirt() *lv.Client {
-	return lv.New(s, lv.WithSocket(s.Socket), lv.WithURI(s.URI))
+	return lv.New(s, lv.WithSocket(s.Socket), lv.WithURI(s.URI), lv.WithKind(s.kind))
 }
 
 // Conn returns the underlying pooled connection.

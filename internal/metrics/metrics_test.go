@@ -1,0 +1,74 @@
+package metrics
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestHostLabel(t *testing.T) {
+	cases := map[string]struct {
+		address, want string
+	}{
+		"SSH":           {address: "kvm@10.0.0.5:22", want: "10.0.0.5:22"},
+		"NoUser":        {address: "10.0.0.5:22", want: "10.0.0.5:22"},
+		"Unix":          {address: "unix:/run/libvirt/libvirt-sock", want: "unix:/run/libvirt/libvirt-sock"},
+		"UnixWithAtSig": {address: "unix:/tmp/a@b/sock", want: "unix:/tmp/a@b/sock"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, HostLabel(tc.address)); diff != "" {
+				t.Errorf("HostLabel(%q): -want +got:\n%s", tc.address, diff)
+			}
+		})
+	}
+}
+
+func TestKindFrom(t *testing.T) {
+	cases := map[string]struct {
+		ctx  context.Context
+		want string
+	}{
+		"None":  {ctx: context.Background(), want: KindOther},
+		"Empty": {ctx: WithKind(context.Background(), ""), want: KindOther},
+		"Set":   {ctx: WithKind(context.Background(), "BaseImage"), want: "BaseImage"},
+		"Inner": {ctx: WithKind(WithKind(context.Background(), "BaseImage"), "KVMDomain"), want: "KVMDomain"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, KindFrom(tc.ctx)); diff != "" {
+				t.Errorf("KindFrom: -want +got:\n%s", diff)
+			}
+		})
+	}
+}
+
+// The counters are exposed under their names and labels.
+func TestCounters(t *testing.T) {
+	c := New()
+	r := prometheus.NewRegistry()
+	if err := c.Register(r); err != nil {
+		t.Fatal(err)
+	}
+	ctx := WithKind(context.Background(), "SeedVolume")
+	c.Call(ctx, "StorageVolGetInfo")
+	c.Call(ctx, "StorageVolGetInfo")
+	c.Call(context.Background(), "ConnectOpen")
+	c.Opened("10.0.0.5:22")
+	want := `
+# HELP provider_kvm_libvirt_calls_total libvirt RPCs made, by the managed resource kind whose reconcile made them (other when unknown) and the RPC.
+# TYPE provider_kvm_libvirt_calls_total counter
+provider_kvm_libvirt_calls_total{kind="SeedVolume",op="StorageVolGetInfo"} 2
+provider_kvm_libvirt_calls_total{kind="other",op="ConnectOpen"} 1
+# HELP provider_kvm_libvirt_connections_opened_total libvirt connections opened: the host's shared one (first open and reconnects) and those of their own (downloads).
+# TYPE provider_kvm_libvirt_connections_opened_total counter
+provider_kvm_libvirt_connections_opened_total{host="10.0.0.5:22"} 1
+`
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want), CallsName, ConnectionsName); err != nil {
+		t.Error(err)
+	}
+}
