@@ -123,6 +123,10 @@ E2E_DEPS := deps controlplane tools xpkg testbed-up image
 e2e: $(E2E_DEPS) ## Proxies end to end: two Proxies, a claim, squid 204, deletion, timeline vs plain virsh (~10 min).
 	cluster/e2e/run.sh
 
+.PHONY: bench-latency
+bench-latency: $(E2E_DEPS) ## What the provider adds to a Proxy's boot, at its default flags: setup, readiness and deletion latency, boot vs plain virsh (3 runs, ~20 min).
+	E2E_BENCH=1 E2E_RUN='^TestBenchLatency$$' cluster/e2e/run.sh
+
 .PHONY: demo
 demo: $(E2E_DEPS) ## Bring up the control plane and one running Proxy, print how to use it (first run builds ~25 min).
 	cluster/e2e/demo.sh up
@@ -134,6 +138,13 @@ demo-down: ## Stop make demo: delete its Proxy through Kubernetes, stop its proc
 .PHONY: bench
 bench: deps testbed-up ## Benchmarks (libvirt round trip over pooled SSH, connection open).
 	cluster/testbed/run-in-netns.sh go test -run '^$$' -bench . -benchmem -benchtime=20x ./...
+
+.PHONY: bench-observe
+bench-observe: deps controlplane testbed-up ## Calls and new libvirt connections per steady-state Observe of each kind, 1/10/100 resources (~10 min).
+	@mkdir -p _output
+	BENCH_OBSERVE=1 BENCH_OBSERVE_OUT="$(CURDIR)/_output/bench-observe.txt" CI="$${CI:-}" cluster/testbed/run-in-netns.sh \
+		go test -count=1 -timeout 60m -run '^TestObserveCost$$' ./internal/observebench/
+	@cat _output/bench-observe.txt
 
 .PHONY: bench-boot
 bench-boot: deps controlplane testbed-up image ## Boot to squid 204: plain virsh, then through the provider; prints both.
