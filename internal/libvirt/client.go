@@ -241,12 +241,12 @@ func (c *Client) ResizeVolume(ctx context.Context, pool, name string, size uint6
 }
 
 // VolumePhysicalBytes returns the size of the volume's file on the host
-// (st_size of a file; a qcow2's file size, not its virtual size).
+// (st_size of a file; a qcow2's file size, not its virtual size), in one RPC.
 func (c *Client) VolumePhysicalBytes(ctx context.Context, pool, name string) (uint64, error) {
 	var n uint64
-	err := c.withVolume(ctx, pool, name, func(l rpc, sv golibvirt.StorageVol) error {
+	err := c.do(ctx, func(l rpc) error {
 		var err error
-		_, _, n, err = l.StorageVolGetInfoFlags(sv, uint32(golibvirt.StorageVolGetPhysical))
+		_, _, n, err = l.StorageVolGetInfoFlags(handle(pool, name), uint32(golibvirt.StorageVolGetPhysical))
 		return err
 	})
 	return n, errors.Wrapf(err, errLookupVol, name, pool, c.conn.Address())
@@ -483,4 +483,30 @@ func volumePath(l rpc, pool, name string) string {
 		return ""
 	}
 	return p
+}
+
+// VolumeInfo is what one cheap call tells of a volume: its sizes, a fingerprint that
+// changes when the volume is resized, truncated, refilled or replaced by one of another size.
+type VolumeInfo struct {
+	CapacityBytes   uint64
+	AllocationBytes uint64
+}
+
+// handle is the libvirt handle of a volume, made without a lookup: libvirtd resolves a volume
+// by its pool's and its own name (the key is not used), so a gone volume or pool still fails
+// with IsNotFound.
+func handle(pool, name string) golibvirt.StorageVol {
+	return golibvirt.StorageVol{Pool: pool, Name: name}
+}
+
+// VolumeInfo returns a volume's sizes in one RPC (libvirt re-reads a file volume's size
+// first). IsNotFound tells a missing volume (or pool).
+func (c *Client) VolumeInfo(ctx context.Context, pool, name string) (VolumeInfo, error) {
+	var v VolumeInfo
+	err := c.do(ctx, func(l rpc) error {
+		var err error
+		_, v.CapacityBytes, v.AllocationBytes, err = l.StorageVolGetInfo(handle(pool, name))
+		return err
+	})
+	return v, errors.Wrapf(err, errLookupVol, name, pool, c.conn.Address())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 
@@ -68,30 +69,52 @@ type DomainInfo struct {
 	Autostart   bool
 }
 
-// Domain returns the state and definitions of the named domain.
+// domainHandles remembers the handle (name and UUID) of each domain looked up, by host and
+// name: libvirtd resolves a handle by its UUID, so a domain undefined and defined again under
+// the name fails with IsNotFound and is looked up afresh.
+var domainHandles sync.Map // address + "\x00" + name -> golibvirt.Domain
+
+// Domain returns the state and definitions of the named domain: three RPCs for a shut-off
+// domain, four for an active one, one more when the domain was not looked up before.
 func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 	var out DomainInfo
+	key := c.conn.Address() + "\x00" + name
 	err := c.do(ctx, func(l rpc) error {
-		d, err := l.DomainLookupByName(name)
+		h, cached := domainHandles.Load(key)
+		dom, _ := h.(golibvirt.Domain)
+		var st int32
+		var err error
+		if cached {
+			st, _, err = l.DomainGetState(dom, 0)
+		}
+		if !cached || IsNotFound(err) {
+			domainHandles.Delete(key)
+			if dom, err = l.DomainLookupByName(name); err != nil {
+				return err
+			}
+			domainHandles.Store(key, dom)
+			st, _, err = l.DomainGetState(dom, 0)
+		}
 		if err != nil {
 			return err
 		}
-		st, _, err := l.DomainGetState(d, 0)
+		state := golibvirt.DomainState(st)
+		if out.InactiveXML, err = l.DomainGetXMLDesc(dom, golibvirt.DomainXMLInactive); err != nil {
+			return err
+		}
+		// A shut-off domain has no live definition: libvirt returns the persistent one.
+		out.XML = out.InactiveXML
+		if state != golibvirt.DomainShutoff {
+			if out.XML, err = l.DomainGetXMLDesc(dom, 0); err != nil {
+				return err
+			}
+		}
+		auto, err := l.DomainGetAutostart(dom)
 		if err != nil {
 			return err
 		}
-		if out.XML, err = l.DomainGetXMLDesc(d, 0); err != nil {
-			return err
-		}
-		if out.InactiveXML, err = l.DomainGetXMLDesc(d, golibvirt.DomainXMLInactive); err != nil {
-			return err
-		}
-		auto, err := l.DomainGetAutostart(d)
-		if err != nil {
-			return err
-		}
-		out.Name, out.UUID = d.Name, uuidString(d.UUID)
-		out.State, out.Autostart = StateName(golibvirt.DomainState(st)), auto == 1
+		out.Name, out.UUID = dom.Name, uuidString(dom.UUID)
+		out.State, out.Autostart = StateName(state), auto == 1
 		return nil
 	})
 	return out, errors.Wrapf(err, errLookupDomain, name, c.conn.Address())

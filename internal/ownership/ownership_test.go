@@ -184,3 +184,70 @@ func TestVerifyCache(t *testing.T) {
 		t.Errorf("Verify() as another owner: %v, want NotOwned", err)
 	}
 }
+
+// TestVerifyFingerprint: a cached Verify trusts a record only while its volume's fingerprint
+// is unchanged and for at most the recheck period; VerifyFresh always reads.
+func TestVerifyFingerprint(t *testing.T) {
+	type want struct {
+		Downloads int
+		NotOwned  bool
+	}
+	cases := map[string]struct {
+		reason string
+		change func(t *testing.T, s *fakestorage.Storage, r *Records)
+		verify func(r *Records, s *fakestorage.Storage) error
+		want   want
+	}{
+		"Unchanged": {
+			reason: "an unchanged record costs no download",
+			change: func(*testing.T, *fakestorage.Storage, *Records) {},
+			want:   want{},
+		},
+		"ReplacedByAnother": {
+			reason: "a record replaced by one of another size (another owner) is read again and refused",
+			change: func(t *testing.T, s *fakestorage.Storage, _ *Records) {
+				s.Put(pool, RecordVolume(vol), append(record(t, vol, mallo), make([]byte, 5000)...))
+			},
+			want: want{Downloads: 1, NotOwned: true},
+		},
+		"RecheckPeriodOver": {
+			reason: "a record trusted for the recheck period is read again",
+			change: func(_ *testing.T, _ *fakestorage.Storage, r *Records) {
+				now := time.Now().Add(2 * DefaultRecheck)
+				r.now = func() time.Time { return now }
+			},
+			want: want{Downloads: 1},
+		},
+		"Fresh": {
+			reason: "VerifyFresh, for deletes, always reads",
+			change: func(*testing.T, *fakestorage.Storage, *Records) {},
+			verify: func(r *Records, s *fakestorage.Storage) error {
+				return r.VerifyFresh(context.Background(), s, host, pool, vol, alice)
+			},
+			want: want{Downloads: 1},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := fakestorage.New()
+			s.Put(pool, RecordVolume(vol), record(t, vol, alice))
+			r := NewRecords()
+			if err := r.Verify(context.Background(), s, host, pool, vol, alice); err != nil {
+				t.Fatal(err)
+			}
+			tc.change(t, s, r)
+			before := s.Calls["Download"]
+			verify := tc.verify
+			if verify == nil {
+				verify = func(r *Records, s *fakestorage.Storage) error {
+					return r.Verify(context.Background(), s, host, pool, vol, alice)
+				}
+			}
+			err := verify(r, s)
+			got := want{Downloads: s.Calls["Download"] - before, NotOwned: IsNotOwned(err)}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s: -want +got:\n%s\nerr: %v", tc.reason, diff, err)
+			}
+		})
+	}
+}

@@ -24,84 +24,124 @@ const (
 // Storage is what records need of a host's storage; *libvirt.Client is one.
 type Storage interface {
 	Volume(ctx context.Context, pool, name string) (libvirt.Volume, error)
+	VolumeInfo(ctx context.Context, pool, name string) (libvirt.VolumeInfo, error)
 	CreateVolume(ctx context.Context, pool, xml string) (libvirt.Volume, error)
 	Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error
 	Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error
 	DeleteVolume(ctx context.Context, pool, name string) error
 }
 
-// Records reads and writes ownership records. Its cache remembers records it verified or
-// wrote (a record is never rewritten in place, so a verified one stays valid while it exists),
-// so a steady-state Observe costs one volume lookup, not a download.
+// DefaultRecheck is how long a verified record is trusted on its fingerprint alone before it
+// is read again: at most the provider's sync period (1 h by default).
+const DefaultRecheck = time.Hour
+
+// Records reads and writes ownership records. Its cache remembers the records it verified or
+// wrote with their volume's fingerprint (capacity and allocation): a steady-state Verify costs
+// one call that compares the fingerprint, not a download. A record whose fingerprint changed,
+// or that was last read longer than the recheck period ago, is read again. VerifyFresh, for
+// deletes, always reads.
 type Records struct {
-	now func() time.Time
-	mu  sync.Mutex
-	ok  map[string]bool
+	now     func() time.Time
+	recheck time.Duration
+	mu      sync.Mutex
+	ok      map[string]verified
+}
+
+// verified is a record the cache vouches for.
+type verified struct {
+	fp libvirt.VolumeInfo
+	at time.Time
 }
 
 // NewRecords returns an empty Records.
-func NewRecords() *Records { return &Records{now: time.Now, ok: map[string]bool{}} }
+func NewRecords() *Records {
+	return &Records{now: time.Now, recheck: DefaultRecheck, ok: map[string]verified{}}
+}
 
 func cacheKey(host, pool, volume string, o Owner) string {
 	return host + "\x00" + pool + "\x00" + volume + "\x00" + o.Kind + "\x00" + o.UID
 }
 
-func (r *Records) cached(k string) bool {
+// cached reports whether the record k was verified with fingerprint fp within the recheck
+// period.
+func (r *Records) cached(k string, fp libvirt.VolumeInfo) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.ok[k]
+	v, ok := r.ok[k]
+	return ok && v.fp == fp && r.now().Sub(v.at) < r.recheck
 }
 
-func (r *Records) remember(k string, ok bool) {
+func (r *Records) has(k string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ok {
-		r.ok[k] = true
-	} else {
-		delete(r.ok, k)
-	}
+	_, ok := r.ok[k]
+	return ok
 }
 
-// read returns the record of volume; found is false when there is none.
-func read(ctx context.Context, s Storage, pool, volume string) (rec Record, found bool, err error) {
+func (r *Records) remember(k string, fp libvirt.VolumeInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ok[k] = verified{fp: fp, at: r.now()}
+}
+
+func (r *Records) forget(k string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.ok, k)
+}
+
+// read returns the record of volume and the fingerprint of its volume; found is false when
+// there is none.
+func read(ctx context.Context, s Storage, pool, volume string) (rec Record, fp libvirt.VolumeInfo, found bool, err error) {
 	name := RecordVolume(volume)
 	v, err := s.Volume(ctx, pool, name)
 	if libvirt.IsNotFound(err) {
-		return Record{}, false, nil
+		return Record{}, fp, false, nil
 	}
 	if err != nil {
-		return Record{}, false, hostError{errors.Wrapf(err, errLookupRecord, name)}
+		return Record{}, fp, false, hostError{errors.Wrapf(err, errLookupRecord, name)}
 	}
+	fp = libvirt.VolumeInfo{CapacityBytes: v.CapacityBytes, AllocationBytes: v.AllocationBytes}
 	n := v.CapacityBytes
 	if n == 0 || n > maxRecordBytes {
-		return Record{}, true, errors.Errorf("the ownership record %s has an impossible size of %d bytes", name, n)
+		return Record{}, fp, true, errors.Errorf("the ownership record %s has an impossible size of %d bytes", name, n)
 	}
 	var b bytes.Buffer
 	if err := s.Download(ctx, pool, name, &b, 0, n); err != nil {
-		return Record{}, true, hostError{errors.Wrapf(err, errReadRecord, name)}
+		return Record{}, fp, true, hostError{errors.Wrapf(err, errReadRecord, name)}
 	}
 	rec, err = Decode(b.Bytes())
-	return rec, true, err
+	return rec, fp, true, err
 }
 
 // Verify returns nil when volume's record names o. It returns a NotOwnedError when there is
 // no record, a torn one, or one naming someone else, and another error when the host could
-// not be asked. host names the host for the cache (e.g. its address).
+// not be asked. host names the host for the cache (e.g. its address). A record verified
+// before is trusted while its volume's fingerprint is unchanged, for at most the recheck
+// period.
 func (r *Records) Verify(ctx context.Context, s Storage, host, pool, volume string, o Owner) error {
 	k := cacheKey(host, pool, volume, o)
-	if r.cached(k) {
-		// One lookup proves the record is still there.
-		_, err := s.Volume(ctx, pool, RecordVolume(volume))
-		if err == nil {
+	if r.has(k) {
+		fp, err := s.VolumeInfo(ctx, pool, RecordVolume(volume))
+		switch {
+		case err == nil && r.cached(k, fp):
 			return nil
-		}
-		if !libvirt.IsNotFound(err) {
+		case libvirt.IsNotFound(err):
+			r.forget(k)
+			return &NotOwnedError{Volume: volume, Why: whyNoRecord}
+		case err != nil:
 			return errors.Wrapf(err, errLookupRecord, RecordVolume(volume))
 		}
-		r.remember(k, false)
-		return &NotOwnedError{Volume: volume, Why: whyNoRecord}
+		// Changed, or trusted for long enough: read it again.
 	}
-	rec, found, err := read(ctx, s, pool, volume)
+	return r.VerifyFresh(ctx, s, host, pool, volume, o)
+}
+
+// VerifyFresh is Verify that always reads the record: what a delete relies on.
+func (r *Records) VerifyFresh(ctx context.Context, s Storage, host, pool, volume string, o Owner) error {
+	k := cacheKey(host, pool, volume, o)
+	r.forget(k)
+	rec, fp, found, err := read(ctx, s, pool, volume)
 	switch {
 	case isHostError(err):
 		return err
@@ -113,7 +153,7 @@ func (r *Records) Verify(ctx context.Context, s Storage, host, pool, volume stri
 	if err := rec.Check(volume, o); err != nil {
 		return err
 	}
-	r.remember(k, true)
+	r.remember(k, fp)
 	return nil
 }
 
@@ -132,7 +172,7 @@ func (h hostError) Unwrap() error { return h.error }
 // (a write cut short) is replaced only while volume does not exist, so nothing it guarded is
 // ever given away.
 func (r *Records) Claim(ctx context.Context, s Storage, host, pool, volume string, o Owner) error {
-	rec, found, err := read(ctx, s, pool, volume)
+	rec, fp, found, err := read(ctx, s, pool, volume)
 	if isHostError(err) {
 		return err
 	}
@@ -140,7 +180,7 @@ func (r *Records) Claim(ctx context.Context, s Storage, host, pool, volume strin
 		if err := rec.Check(volume, o); err != nil {
 			return err
 		}
-		r.remember(cacheKey(host, pool, volume, o), true)
+		r.remember(cacheKey(host, pool, volume, o), fp)
 		return nil
 	}
 	name := RecordVolume(volume)
@@ -156,6 +196,13 @@ func (r *Records) Claim(ctx context.Context, s Storage, host, pool, volume strin
 			return errors.Wrapf(derr, errDropRecord, name)
 		}
 	}
+	return r.write(ctx, s, host, pool, volume, o)
+}
+
+// write writes a fresh record naming o into a new record volume and remembers it with its
+// fingerprint.
+func (r *Records) write(ctx context.Context, s Storage, host, pool, volume string, o Owner) error {
+	name := RecordVolume(volume)
 	b, err := Encode(volume, o, r.now())
 	if err != nil {
 		return err
@@ -167,22 +214,27 @@ func (r *Records) Claim(ctx context.Context, s Storage, host, pool, volume strin
 	if _, err := s.CreateVolume(ctx, pool, x); err != nil {
 		if libvirt.IsExists(err) {
 			// Someone else made it in between: check what it says.
-			return r.Verify(ctx, s, host, pool, volume, o)
+			return r.VerifyFresh(ctx, s, host, pool, volume, o)
 		}
 		return errors.Wrapf(err, errWriteRecord, name)
 	}
 	if err := s.Upload(ctx, pool, name, bytes.NewReader(b), uint64(len(b))); err != nil {
 		return errors.Wrapf(err, errWriteRecord, name)
 	}
-	r.remember(cacheKey(host, pool, volume, o), true)
+	// The fingerprint after the upload: a raw volume's allocation grows with what was written.
+	fp, err := s.VolumeInfo(ctx, pool, name)
+	if err != nil {
+		return errors.Wrapf(err, errLookupRecord, name)
+	}
+	r.remember(cacheKey(host, pool, volume, o), fp)
 	return nil
 }
 
 // Release deletes volume's record once volume itself is gone. A record that names someone
 // else is left alone.
 func (r *Records) Release(ctx context.Context, s Storage, host, pool, volume string, o Owner) error {
-	r.remember(cacheKey(host, pool, volume, o), false)
-	rec, found, err := read(ctx, s, pool, volume)
+	r.forget(cacheKey(host, pool, volume, o))
+	rec, _, found, err := read(ctx, s, pool, volume)
 	if !found || isHostError(err) {
 		return err
 	}

@@ -76,6 +76,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 				recorder: rec,
 				conn:     connection.NewConnector(mgr.GetClient(), conns, rec),
 				records:  ownership.NewRecords(),
+				checks:   newChecks(),
 			}
 		},
 	})
@@ -84,6 +85,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 // Storage is what the external client needs of a host's storage; *libvirt.Client is one.
 type Storage interface {
 	Volume(ctx context.Context, pool, name string) (libvirt.Volume, error)
+	VolumeInfo(ctx context.Context, pool, name string) (libvirt.VolumeInfo, error)
 	CreateVolume(ctx context.Context, pool, xml string) (libvirt.Volume, error)
 	Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error
 	Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error
@@ -97,6 +99,7 @@ type connector struct {
 	recorder event.Recorder
 	conn     *connection.Connector
 	records  *ownership.Records
+	checks   *checks
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.TypedExternalClient[*v1alpha1.SeedVolume], error) {
@@ -107,7 +110,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (manag
 	return &external{
 		kube: c.kube, recorder: c.recorder, defaults: s.Defaults,
 		storage: s.Libvirt(),
-		records: c.records, host: s.Address(),
+		records: c.records, checks: c.checks, host: s.Address(),
 	}, nil
 }
 
@@ -117,6 +120,7 @@ type external struct {
 	defaults v1alpha1.HostDefaults
 	storage  Storage
 	records  *ownership.Records
+	checks   *checks
 	host     string // the host's address, for the records' cache
 }
 
@@ -156,6 +160,13 @@ func checkExternalName(cr *v1alpha1.SeedVolume, t target) error {
 func (e *external) verify(ctx context.Context, t target) error {
 	return e.records.Verify(ctx, e.storage, e.host, t.pool, t.name, t.owner)
 }
+
+// verifyFresh reads the ownership record again: before a write or a delete.
+func (e *external) verifyFresh(ctx context.Context, t target) error {
+	return e.records.VerifyFresh(ctx, e.storage, e.host, t.pool, t.name, t.owner)
+}
+
+func (e *external) checkKey(t target) string { return e.host + "\x00" + t.pool + "\x00" + t.name }
 
 // secretOrInline returns the inline value, or the Secret key's bytes, or nil.
 func (e *external) secretOrInline(ctx context.Context, ns, what string, inline *string, ref *v1alpha1.LocalSecretKeySelector) ([]byte, error) {
@@ -217,7 +228,8 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 	if deleting {
 		return e.observeDeleting(ctx, cr, t)
 	}
-	vol, err := e.storage.Volume(ctx, t.pool, t.name)
+	// One cheap call: the seed's fingerprint (capacity, allocation).
+	fp, err := e.storage.VolumeInfo(ctx, t.pool, t.name)
 	if libvirt.IsNotFound(err) {
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	}
@@ -231,24 +243,37 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 	if err != nil {
 		return managed.ExternalObservation{}, err
 	}
-	// Seeds are small (tens to hundreds of KiB): comparing the bytes on the host with the
-	// wanted ISO catches truncation and corruption as well as edits.
-	h := sha256.New()
-	have := ""
-	if vol.CapacityBytes == uint64(len(want.ISO)) {
-		if err := e.storage.Download(ctx, t.pool, t.name, h, 0, vol.CapacityBytes); err != nil {
-			return managed.ExternalObservation{}, errors.Wrap(err, errDownload)
+	have, path := e.checks.get(e.checkKey(t), fp)
+	if have == "" {
+		// Not read since it last changed, or read longer ago than the recheck period. Seeds are
+		// small (tens to hundreds of KiB): comparing the bytes on the host with the wanted ISO
+		// catches truncation and corruption as well as edits.
+		vol, err := e.storage.Volume(ctx, t.pool, t.name)
+		if libvirt.IsNotFound(err) {
+			return managed.ExternalObservation{ResourceExists: false}, nil
 		}
-		have = hex.EncodeToString(h.Sum(nil))
+		if err != nil {
+			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+		}
+		path = vol.Path
+		if vol.CapacityBytes == uint64(len(want.ISO)) {
+			h := sha256.New()
+			if err := e.storage.Download(ctx, t.pool, t.name, h, 0, vol.CapacityBytes); err != nil {
+				return managed.ExternalObservation{}, errors.Wrap(err, errDownload)
+			}
+			have = hex.EncodeToString(h.Sum(nil))
+			// Keyed by the fingerprint taken before the read: a change since shows as another.
+			e.checks.put(e.checkKey(t), fp, have, path)
+		}
 	}
 
 	cr.Status.AtProvider.VolumeName = t.name
 	cr.Status.AtProvider.Pool = t.pool
-	cr.Status.AtProvider.Path = vol.Path
+	cr.Status.AtProvider.Path = path
 	upToDate := have == want.SHA256
 	if upToDate {
 		cr.Status.AtProvider.ISOSHA256 = have
-		cr.Status.AtProvider.SizeBytes = int64(vol.CapacityBytes)
+		cr.Status.AtProvider.SizeBytes = int64(fp.CapacityBytes)
 		cr.SetConditions(xpv2.Available())
 	}
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
@@ -310,7 +335,7 @@ func (e *external) Update(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 	if err != nil {
 		return managed.ExternalUpdate{}, errors.Wrap(err, errLookup)
 	}
-	if err := e.verify(ctx, t); err != nil {
+	if err := e.verifyFresh(ctx, t); err != nil {
 		return managed.ExternalUpdate{}, err
 	}
 	// Rewrite in place: a running guest may hold the cdrom open, so the file is never
@@ -324,6 +349,8 @@ func (e *external) Update(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 }
 
 func (e *external) upload(ctx context.Context, cr *v1alpha1.SeedVolume, t target, s *seed.Seed) error {
+	// Whatever the upload leaves, the next Observe reads it back.
+	e.checks.forget(e.checkKey(t))
 	if err := e.storage.Upload(ctx, t.pool, t.name, bytes.NewReader(s.ISO), uint64(len(s.ISO))); err != nil {
 		return errors.Wrap(err, errUpload)
 	}
@@ -341,7 +368,8 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 	if err != nil {
 		return managed.ExternalDelete{}, errors.Wrap(err, errLookup)
 	}
-	if err := e.verify(ctx, t); err != nil {
+	e.checks.forget(e.checkKey(t))
+	if err := e.verifyFresh(ctx, t); err != nil {
 		return managed.ExternalDelete{}, err
 	}
 	disks, err := e.storage.DomainDisks(ctx)

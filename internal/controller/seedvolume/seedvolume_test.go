@@ -141,7 +141,7 @@ func observeOf(t *testing.T, s *fakestorage.Storage, want, victimBefore []byte, 
 
 func newExternal(s *fakestorage.Storage) *external {
 	return &external{storage: s, defaults: v1alpha1.HostDefaults{Pool: pool}, recorder: event.NewNopRecorder(),
-		records: ownership.NewRecords(), host: "root@h:22"}
+		records: ownership.NewRecords(), checks: newChecks(), host: "root@h:22"}
 }
 
 func TestObserve(t *testing.T) {
@@ -390,4 +390,73 @@ type noSecrets struct{ client.Reader }
 
 func (noSecrets) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
 	return kerrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, key.Name)
+}
+
+// TestObserveFingerprint: after one read back, a steady-state Observe costs two cheap calls
+// and no download; a truncated or refilled seed changes its fingerprint and is read again at
+// the next poll; one altered in place without a change of size is read again after the
+// recheck period.
+func TestObserveFingerprint(t *testing.T) {
+	type want struct {
+		UpToDate  bool
+		Downloads int
+		Calls     int // Volume, VolumeInfo and Download calls
+	}
+	cases := map[string]struct {
+		reason string
+		change func(s *fakestorage.Storage, e *external, good []byte)
+		want   want
+	}{
+		"Unchanged": {
+			reason: "nothing changed: two VolumeInfo calls, no download",
+			change: func(*fakestorage.Storage, *external, []byte) {},
+			want:   want{UpToDate: true, Calls: 2},
+		},
+		"Truncated": {
+			reason: "a truncated seed is seen at once",
+			change: func(s *fakestorage.Storage, _ *external, good []byte) { s.Put(pool, volName, good[:4096]) },
+			want:   want{UpToDate: false, Calls: 3},
+		},
+		"AlteredSameSize": {
+			reason: "a seed altered in place is trusted on its fingerprint until the recheck period",
+			change: func(s *fakestorage.Storage, _ *external, good []byte) {
+				bad := append([]byte{}, good...)
+				bad[len(bad)-1] ^= 0xff
+				s.Put(pool, volName, bad)
+			},
+			want: want{UpToDate: true, Calls: 2},
+		},
+		"AlteredSameSizeRecheck": {
+			reason: "after the recheck period it is read and found altered",
+			change: func(s *fakestorage.Storage, e *external, good []byte) {
+				bad := append([]byte{}, good...)
+				bad[len(bad)-1] ^= 0xff
+				s.Put(pool, volName, bad)
+				later := time.Now().Add(2 * DefaultRecheck)
+				e.checks.now = func() time.Time { return later }
+			},
+			want: want{UpToDate: false, Downloads: 1, Calls: 4},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			good := iso(t, cr())
+			s := hostState{seed: good, seedRecord: record(t, volName, us)}.storage(t)
+			e := newExternal(s)
+			if o, err := e.Observe(context.Background(), cr()); err != nil || !o.ResourceUpToDate {
+				t.Fatalf("first Observe: %+v, %v", o, err)
+			}
+			tc.change(s, e, good)
+			calls := func() int { return s.Calls["Volume"] + s.Calls["VolumeInfo"] + s.Calls["Download"] }
+			c0, d0 := calls(), s.Calls["Download"]
+			o, err := e.Observe(context.Background(), cr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{UpToDate: o.ResourceUpToDate, Downloads: s.Calls["Download"] - d0, Calls: calls() - c0}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s: -want +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
 }

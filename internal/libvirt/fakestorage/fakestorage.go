@@ -101,7 +101,27 @@ func (s *Storage) Volume(_ context.Context, pool, name string) (libvirt.Volume, 
 	if !ok {
 		return libvirt.Volume{}, NotFound
 	}
-	return v.info, nil
+	vi := v.info
+	vi.AllocationBytes = allocation(v.data)
+	return vi, nil
+}
+
+// allocation is a file's: its content rounded up to 4 KiB blocks.
+func allocation(data []byte) uint64 { return (uint64(len(data)) + 4095) / 4096 * 4096 }
+
+// VolumeInfo returns a volume's capacity and allocation (its content rounded up to 4 KiB
+// blocks, as a file's).
+func (s *Storage) VolumeInfo(_ context.Context, pool, name string) (libvirt.VolumeInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("VolumeInfo", pool, name); err != nil {
+		return libvirt.VolumeInfo{}, err
+	}
+	v, ok := s.vols[pool+"/"+name]
+	if !ok {
+		return libvirt.VolumeInfo{}, NotFound
+	}
+	return libvirt.VolumeInfo{CapacityBytes: v.info.CapacityBytes, AllocationBytes: allocation(v.data)}, nil
 }
 
 // CreateVolume creates a volume from its XML; it fails with Exists when the name is taken.
