@@ -142,7 +142,7 @@ func (c *Cache) Lookup(ctx context.Context, pool string, src Source, ownerUID st
 // LookupVolume is Lookup by data volume name, e.g. the name recorded in a
 // BaseImage's status.
 func (c *Cache) LookupVolume(ctx context.Context, pool, volume, ownerUID string) (Image, error) {
-	img, err := c.lookup(ctx, pool, volume)
+	img, err := c.observe(ctx, pool, volume)
 	if err != nil {
 		return img, err
 	}
@@ -153,22 +153,59 @@ func (c *Cache) LookupVolume(ctx context.Context, pool, volume, ownerUID string)
 }
 
 // lookup reads the state of volume: three volume lookups, at most two
-// record downloads of a few hundred bytes and one stat.
-func (c *Cache) lookup(ctx context.Context, pool, volume string) (Image, error) { //nolint:gocyclo // classifies the three volumes of the protocol in one place, the doc comment of the package names every case
+// record downloads of a few hundred bytes and one stat. It trusts nothing remembered: what
+// writes and deletes rely on.
+func (c *Cache) lookup(ctx context.Context, pool, volume string) (Image, error) {
+	return c.classify(ctx, pool, volume, false)
+}
+
+// observe is lookup for Observe: three calls (the data volume's size, the marker's and the
+// claim's fingerprints) when the records and the data volume's path are remembered with
+// those fingerprints; otherwise what differs is read.
+func (c *Cache) observe(ctx context.Context, pool, volume string) (Image, error) {
+	return c.classify(ctx, pool, volume, true)
+}
+
+func (c *Cache) classify(ctx context.Context, pool, volume string, cheap bool) (Image, error) { //nolint:gocyclo // classifies the three volumes of the protocol in one place, the doc comment of the package names every case
 	img := Image{Pool: pool, Volume: volume}
-	dv, err := c.lv.Volume(ctx, pool, volume)
-	switch {
-	case err == nil:
-		img.HasData, img.Path = true, dv.Path
-	case !libvirt.IsNotFound(err):
+	var physical uint64
+	var err error
+	if cheap {
+		physical, err = c.lv.VolumePhysicalBytes(ctx, pool, volume)
+		if err == nil {
+			img.HasData, img.Path = true, seen.path(c.memoKey(pool, volume))
+			if img.Path == "" {
+				dv, verr := c.lv.Volume(ctx, pool, volume)
+				if verr == nil {
+					img.Path = dv.Path
+					seen.put(c.memoKey(pool, volume), memoEntry{path: dv.Path})
+				}
+				err = verr
+			}
+		}
+	} else {
+		var dv libvirt.Volume
+		dv, err = c.lv.Volume(ctx, pool, volume)
+		if err == nil {
+			img.HasData, img.Path = true, dv.Path
+		}
+	}
+	if err != nil && !libvirt.IsNotFound(err) {
 		return img, errors.Wrapf(err, errLookup, volume, pool)
 	}
+	if err != nil {
+		img.HasData, img.Path = false, ""
+	}
+	read := c.readRecord
+	if cheap {
+		read = c.statRecord
+	}
 	var markerErr, claimErr error
-	img.HasMarker, img.Marker, markerErr, err = c.readRecord(ctx, pool, MarkerName(volume))
+	img.HasMarker, img.Marker, markerErr, err = read(ctx, pool, MarkerName(volume))
 	if err != nil {
 		return img, err
 	}
-	img.HasClaim, img.Claim, claimErr, err = c.readRecord(ctx, pool, ClaimName(volume))
+	img.HasClaim, img.Claim, claimErr, err = read(ctx, pool, ClaimName(volume))
 	if err != nil {
 		return img, err
 	}
@@ -195,13 +232,16 @@ func (c *Cache) lookup(ctx context.Context, pool, volume string) (Image, error) 
 	case img.Marker.State != RecordPublished || img.Marker.Volume != volume:
 		img.Reason = "the marker does not mark this volume published"
 	default:
-		n, err := c.lv.VolumePhysicalBytes(ctx, pool, volume)
-		if libvirt.IsNotFound(err) {
-			img.HasData, img.Path, img.Reason = false, "", "the data volume is missing"
-			return img, nil
-		}
-		if err != nil {
-			return img, errors.Wrapf(err, errLookup, volume, pool)
+		n := physical
+		if !cheap {
+			n, err = c.lv.VolumePhysicalBytes(ctx, pool, volume)
+			if libvirt.IsNotFound(err) {
+				img.HasData, img.Path, img.Reason = false, "", "the data volume is missing"
+				return img, nil
+			}
+			if err != nil {
+				return img, errors.Wrapf(err, errLookup, volume, pool)
+			}
 		}
 		if int64(n) != img.Marker.SizeBytes {
 			img.Reason = "the data volume holds " + strconv.FormatUint(n, 10) + " bytes, the marker records " + strconv.FormatInt(img.Marker.SizeBytes, 10)
@@ -370,6 +410,9 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 		return Result{}, err
 	}
 	defer unlock()
+	// What Lookup remembers of this volume is stale once Publish changed it.
+	c.forget(pool, vol)
+	defer c.forget(pool, vol)
 
 	img, err := c.lookup(ctx, pool, vol)
 	if err != nil {
@@ -589,6 +632,8 @@ func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) error
 		return err
 	}
 	defer unlock()
+	c.forget(pool, volume)
+	defer c.forget(pool, volume)
 	img, err := c.lookup(ctx, pool, volume)
 	if err != nil {
 		return err

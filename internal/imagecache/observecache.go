@@ -1,0 +1,105 @@
+package imagecache
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+)
+
+// Recheck is how long Lookup trusts a record (marker or claim) it read on its volume's
+// fingerprint (capacity and allocation) alone: at most the provider's sync period (1 h by
+// default). A record whose fingerprint changed is read at once. Publish and Remove, which
+// write and delete, never use what is remembered: they read every record.
+var Recheck = time.Hour
+
+// seen is what Lookup remembers of a host's records and data volumes, by address, pool and
+// volume name. It is shared by every Cache of the process (a Cache lives for one reconcile).
+var seen = &memo{m: map[string]memoEntry{}, now: time.Now}
+
+type memo struct {
+	mu  sync.Mutex
+	m   map[string]memoEntry
+	now func() time.Time
+}
+
+// memoEntry is a record read with its fingerprint, or a data volume's path.
+type memoEntry struct {
+	fp      libvirt.VolumeInfo
+	rec     *Record
+	invalid error
+	path    string
+	at      time.Time
+}
+
+func (c *Cache) memoKey(pool, name string) string {
+	return c.lv.Address() + "\x00" + pool + "\x00" + name
+}
+
+func (m *memo) get(k string, fp libvirt.VolumeInfo) (memoEntry, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.m[k]
+	if !ok || e.fp != fp || m.now().Sub(e.at) >= Recheck {
+		return memoEntry{}, false
+	}
+	return e, true
+}
+
+func (m *memo) path(k string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[k].path
+}
+
+func (m *memo) put(k string, e memoEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e.at = m.now()
+	m.m[k] = e
+}
+
+// forget drops what is remembered of volume and its records: Publish and Remove call it
+// before and after they change them.
+func (c *Cache) forget(pool, volume string) {
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	for _, n := range []string{volume, MarkerName(volume), ClaimName(volume)} {
+		delete(seen.m, c.memoKey(pool, n))
+	}
+}
+
+// statRecord is readRecord for Lookup: one call for the record volume's fingerprint, and a
+// download only when it is not remembered with that fingerprint.
+func (c *Cache) statRecord(ctx context.Context, pool, name string) (exists bool, rec *Record, invalid error, err error) {
+	fp, err := c.lv.VolumeInfo(ctx, pool, name)
+	if libvirt.IsNotFound(err) {
+		return false, nil, nil, nil
+	}
+	if err != nil {
+		return false, nil, nil, errors.Wrapf(err, errReadRecord, name, pool)
+	}
+	k := c.memoKey(pool, name)
+	if e, ok := seen.get(k, fp); ok {
+		return true, e.rec, e.invalid, nil
+	}
+	var buf bytes.Buffer
+	err = c.lv.Download(ctx, pool, name, &buf, 0, maxRecordBytes)
+	if libvirt.IsNotFound(err) {
+		return false, nil, nil, nil
+	}
+	if err != nil {
+		return false, nil, nil, errors.Wrapf(err, errReadRecord, name, pool)
+	}
+	r, derr := DecodeRecord(buf.Bytes())
+	if derr == nil || r.Owner.UID != "" {
+		rec = &r
+	}
+	// Keyed by the fingerprint taken before the read: a change since shows as another.
+	seen.put(k, memoEntry{fp: fp, rec: rec, invalid: derr})
+	return true, rec, derr, nil
+}
