@@ -310,8 +310,8 @@ func TestUserDataOfFullProxy(t *testing.T) {
 	}
 	wantCmd := [][]string{
 		{"sed", "-i", "-e", `s/^http_port[[:space:]]/# provider-kvm: see conf.d\/proxy.conf: &/`, "/etc/squid/squid.conf"},
-		{"systemctl", "enable", "squid"},
 		{"systemctl", "restart", "squid"},
+		{"systemctl", "enable", "--no-reload", "squid"},
 	}
 	if d := cmp.Diff(wantCmd, cc.RunCmd); d != "" {
 		t.Errorf("runcmd (-want +got):\n%s", d)

@@ -66,10 +66,12 @@ func UserData(p Proxy, hostname string) (string, error) {
 		SSHAuthorizedKeys: p.SSHAuthorizedKeys,
 		RunCmd: [][]string{
 			{"sed", "-i", "-e", `s/^http_port[[:space:]]/# provider-kvm: see conf.d\/proxy.conf: &/`, squidMainConf},
-			// enable + restart rather than enable --now: on an image whose squid is already
-			// enabled it may have started with the default configuration before runcmd.
-			{"systemctl", "enable", "squid"},
+			// restart, not start: on an image whose squid is enabled it started with the
+			// default configuration before runcmd. Restart first, enable after: enabling is
+			// for the next boots, and it costs seconds under emulation (the SysV script sync),
+			// so the proxy answers before it. No daemon reload is needed for that.
 			{"systemctl", "restart", "squid"},
+			{"systemctl", "enable", "--no-reload", "squid"},
 		},
 	}
 	y, err := yaml.Marshal(cc)

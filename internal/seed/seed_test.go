@@ -449,7 +449,7 @@ func TestGuestAgentScript(t *testing.T) {
 			t.Fatalf("script byte %d is %q: the MIME part is declared 7bit with LF endings", i, c)
 		}
 	}
-	for _, s := range []string{"apt-get", "dnf", "yum", "zypper", "apk", "systemctl start qemu-guest-agent", "service qemu-guest-agent start", "rc-service qemu-guest-agent start"} {
+	for _, s := range []string{"apt-get", "dnf", "yum", "zypper", "apk", "systemctl start qemu-guest-agent", "systemctl is-active --quiet qemu-guest-agent", "enable --no-reload qemu-guest-agent", "service qemu-guest-agent start", "rc-service qemu-guest-agent start"} {
 		if !strings.Contains(GuestAgentScript, s) {
 			t.Errorf("script does not mention %q", s)
 		}

@@ -54,8 +54,14 @@ else
 fi
 
 if have systemctl && [ -d /run/systemd/system ]; then
-	systemctl enable qemu-guest-agent >/dev/null 2>&1
-	systemctl start qemu-guest-agent || log "systemctl start failed"
+	# Start it unless udev already did (Debian's unit is static, started when its virtio
+	# port appears); enable only a unit that is disabled, without a daemon reload: a reload
+	# costs seconds under emulation and delays everything after this script.
+	systemctl is-active --quiet qemu-guest-agent ||
+		systemctl start qemu-guest-agent || log "systemctl start failed"
+	if [ "$(systemctl is-enabled qemu-guest-agent 2>/dev/null)" = disabled ]; then
+		systemctl enable --no-reload qemu-guest-agent >/dev/null 2>&1
+	fi
 elif have rc-service; then
 	rc-update add qemu-guest-agent default >/dev/null 2>&1
 	rc-service qemu-guest-agent start || log "rc-service start failed"
