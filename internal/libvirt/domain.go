@@ -140,6 +140,28 @@ func (c *Client) withDomain(ctx context.Context, name string, fn func(l rpc, d g
 	})
 }
 
+// withKnownDomain runs fn on the named domain, through the handle Domain remembered when
+// there is one (no lookup); when fn fails with IsNotFound on it, the domain is looked up and
+// fn runs again.
+func (c *Client) withKnownDomain(ctx context.Context, name string, fn func(l rpc, d golibvirt.Domain) error) error {
+	key := c.conn.Address() + "\x00" + name
+	return c.do(ctx, func(l rpc) error {
+		if h, ok := domainHandles.Load(key); ok {
+			err := fn(l, h.(golibvirt.Domain)) //nolint:forcetypeassert // only Domains are stored
+			if !IsNotFound(err) {
+				return err
+			}
+			domainHandles.Delete(key)
+		}
+		d, err := l.DomainLookupByName(name)
+		if err != nil {
+			return err
+		}
+		domainHandles.Store(key, d)
+		return fn(l, d)
+	})
+}
+
 // StartDomain boots a defined domain.
 func (c *Client) StartDomain(ctx context.Context, name string) error {
 	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error { return l.DomainCreate(d) })
@@ -202,7 +224,7 @@ func (c *Client) DomainIPv4(ctx context.Context, name, mac, source string) (stri
 		SourceARP:   uint32(golibvirt.DomainInterfaceAddressesSrcArp),
 	}[source]
 	var ip string
-	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error {
+	err := c.withKnownDomain(ctx, name, func(l rpc, d golibvirt.Domain) error {
 		ifaces, err := l.DomainInterfaceAddresses(d, src, 0)
 		if err != nil {
 			return err
