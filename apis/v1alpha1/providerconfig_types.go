@@ -70,6 +70,7 @@ type KnownHosts struct {
 }
 
 // HostDefaults are used by managed resources on this host that do not set the field.
+// +kubebuilder:validation:XValidation:rule="!(has(self.network) && has(self.bridge))",message="defaults.network and defaults.bridge are mutually exclusive: guests attach to a libvirt network or to a host bridge"
 type HostDefaults struct {
 	// DomainType is the libvirt domain type for KVMDomains: kvm (hardware virtualization)
 	// or qemu (TCG software emulation, for hosts where KVM is missing or unusable).
@@ -84,12 +85,38 @@ type HostDefaults struct {
 	// +kubebuilder:validation:MaxLength=64
 	Pool string `json:"pool,omitempty"`
 
-	// Network is the libvirt network that KVMDomains attach to.
+	// Network is the libvirt network that KVMDomains (and so Proxies) attach to when they name
+	// neither a network nor a bridge. When neither this nor bridge is set: libvirt's network
+	// "default" (NAT, private to the host).
 	// +optional
-	// +kubebuilder:default=default
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`
 	// +kubebuilder:validation:MaxLength=64
 	Network string `json:"network,omitempty"`
+
+	// Bridge is the host bridge device that KVMDomains (and so Proxies) attach to when they
+	// name neither a network nor a bridge: guests then sit on the network the bridge is part
+	// of (a LAN the cluster's nodes reach), with addresses from that network's DHCP server.
+	// Mutually exclusive with network.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.-]*$`
+	// +kubebuilder:validation:MaxLength=15
+	Bridge string `json:"bridge,omitempty"`
+}
+
+// DefaultNetwork is the libvirt network guests attach to when neither the resource nor its
+// ProviderConfig's defaults name a network or a bridge.
+const DefaultNetwork = "default"
+
+// Attachment returns the network or bridge guests attach to by default: the bridge when set,
+// else the network, else DefaultNetwork.
+func (d HostDefaults) Attachment() (network, bridge string) {
+	switch {
+	case d.Bridge != "":
+		return "", d.Bridge
+	case d.Network != "":
+		return d.Network, ""
+	}
+	return DefaultNetwork, ""
 }
 
 // ImportPolicy says whether managed resources may import existing libvirt objects: a KVMDomain

@@ -94,8 +94,9 @@ func checkComposed(t *testing.T, rsp *fnv1.RunFunctionResponse) {
 	for n := range rsp.GetDesired().GetResources() {
 		names = append(names, n)
 	}
-	if len(names) != 2 || rsp.GetDesired().GetResources()["domain"] == nil || rsp.GetDesired().GetResources()["seed"] == nil {
-		t.Errorf("desired resources = %v, want domain and seed (results %v)", names, rsp.GetResults())
+	r := rsp.GetDesired().GetResources()
+	if len(names) != 3 || r["domain"] == nil || r["seed"] == nil || r["service"] == nil {
+		t.Errorf("desired resources = %v, want domain, seed and service (results %v)", names, rsp.GetResults())
 	}
 }
 

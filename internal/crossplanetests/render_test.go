@@ -66,7 +66,7 @@ func TestRender(t *testing.T) {
 				out.wantDefaults(t)
 				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy"})
 				out.wantReady(t, "False", "Creating")
-				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress")
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy")
 				d := out.composed(t, "domain")
 				wantField(t, d, "spec.forProvider.baseImageRef.name", "debian-12")
 				wantField(t, d, "spec.forProvider.seedVolumeRef.name", "egress-seed")
@@ -82,7 +82,7 @@ func TestRender(t *testing.T) {
 		{
 			name: "proxy-full", xr: proxyFull, composition: compositionV2, xrd: xrdV2,
 			check: func(t *testing.T, out rendered) {
-				out.wantComposed(t, "BaseImage/base-image/build-cache-image", "SeedVolume/seed/build-cache-seed", "KVMDomain/domain/build-cache")
+				out.wantComposed(t, "BaseImage/base-image/build-cache-image", "SeedVolume/seed/build-cache-seed", "KVMDomain/domain/build-cache", "Service/service/build-cache-proxy")
 				bi := out.composed(t, "base-image")
 				wantField(t, bi, "spec.forProvider.source.url", "http://192.168.122.1:8000/debian-12-testbed.qcow2")
 				wantField(t, bi, "spec.forProvider.source.sha256", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
@@ -100,7 +100,7 @@ func TestRender(t *testing.T) {
 			check: func(t *testing.T, out rendered) {
 				out.wantDefaults(t)
 				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy"})
-				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress")
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy")
 				for _, o := range out.objects[1:] {
 					if o.GetKind() != "Result" && o.GetNamespace() != "team-c" {
 						t.Errorf("%s %s is composed into namespace %q, want the claim's namespace team-c", o.GetKind(), o.GetName(), o.GetNamespace())
@@ -114,7 +114,7 @@ func TestRender(t *testing.T) {
 			check: func(t *testing.T, out rendered) {
 				out.wantStatus(t, map[string]any{"phase": "Booting", "message": "running; waiting for the guest's IPv4 address", "secretName": "egress-proxy"})
 				out.wantReady(t, "False", "Creating")
-				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress")
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy")
 			},
 		},
 		{
@@ -123,10 +123,10 @@ func TestRender(t *testing.T) {
 			check: func(t *testing.T, out rendered) {
 				out.wantStatus(t, map[string]any{
 					"phase": "Ready", "message": "", "secretName": "egress-proxy",
-					"ip": "192.168.122.57", "url": "http://192.168.122.57:3128",
+					"ip": "192.168.122.57", "url": "http://egress-proxy.team-a.svc:3128",
 				})
 				out.wantReady(t, "True", "Available")
-				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Secret/secret/egress-proxy")
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy", "EndpointSlice/endpoints/egress-proxy", "Secret/secret/egress-proxy")
 				data, _, _ := unstructured.NestedStringMap(out.composed(t, "secret").Object, "data")
 				got := map[string]string{}
 				for k, v := range data {
@@ -136,7 +136,7 @@ func TestRender(t *testing.T) {
 					}
 					got[k] = string(b)
 				}
-				want := map[string]string{"url": "http://192.168.122.57:3128", "host": "192.168.122.57", "port": "3128"}
+				want := map[string]string{"url": "http://egress-proxy.team-a.svc:3128", "host": "egress-proxy.team-a.svc", "ip": "192.168.122.57", "port": "3128"}
 				if d := cmp.Diff(want, got); d != "" {
 					t.Errorf("Secret egress-proxy data (-want +got):\n%s", d)
 				}

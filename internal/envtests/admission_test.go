@@ -234,6 +234,14 @@ spec:
   transport: Unix
   defaults: {domainType: xen}
 `, `Unsupported value: "xen"`},
+		"DefaultNetworkAndBridge": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bad}
+spec:
+  transport: Unix
+  defaults: {network: default, bridge: br0}
+`, "defaults.network and defaults.bridge are mutually exclusive"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

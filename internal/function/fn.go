@@ -128,12 +128,17 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return err
 	}
+	st := observe(observed)
 	objs := map[string]runtime.Object{
-		ResourceSeed:   SeedVolume(p, n, ns, userData),
-		ResourceDomain: KVMDomain(p, n, ns),
+		ResourceSeed:    SeedVolume(p, n, ns, userData),
+		ResourceDomain:  KVMDomain(p, n, ns),
+		ResourceService: Service(n, ns, p.Port),
 	}
 	if p.BaseImageName == "" {
 		objs[ResourceBaseImage] = BaseImage(p, n, ns)
+	}
+	if st.ip != "" {
+		objs[ResourceEndpoints] = EndpointSlice(n, ns, st.ip, p.Port, st.phase == PhaseReady)
 	}
 	// Build everything before touching the response, so a failure composes nothing.
 	add := map[resource.Name]*resource.DesiredComposed{}
@@ -145,16 +150,18 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		add[resource.Name(name)] = &resource.DesiredComposed{Resource: u}
 	}
 
-	st := observe(observed, p)
-	if st.data != nil {
-		sec := &resource.DesiredComposed{Resource: Secret(n, ns, st.data)}
-		if _, exists := observed[ResourceSecret]; exists {
-			// A Secret is ready once it exists. Say so rather than rely on the readiness
-			// step knowing Secrets: older function-auto-ready releases wait for a Ready
-			// condition, which a Secret never gets.
-			sec.Ready = resource.ReadyTrue
+	var data map[string][]byte
+	if st.ip != "" {
+		data = Endpoint{Service: n.Service, Namespace: ns, IP: st.ip, Port: p.Port}.Data()
+		add[ResourceSecret] = &resource.DesiredComposed{Resource: Secret(n, ns, data)}
+	}
+	// A Secret, Service or EndpointSlice is ready once it exists. Say so rather than rely on
+	// the readiness step knowing them: function-auto-ready waits for a Ready condition,
+	// which they never get.
+	for _, name := range []resource.Name{ResourceSecret, ResourceService, ResourceEndpoints} {
+		if _, exists := observed[name]; exists && add[name] != nil {
+			add[name].Ready = resource.ReadyTrue
 		}
-		add[ResourceSecret] = sec
 	}
 	for name, d := range add {
 		desired[name] = d
@@ -164,10 +171,10 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	}
 
 	status := map[string]any{"phase": st.phase, "message": st.message, "secretName": n.Secret}
-	if st.data != nil {
-		status["ip"] = string(st.data[SecretKeyHost])
-		status["url"] = string(st.data[SecretKeyURL])
-		for k, v := range st.data {
+	if data != nil {
+		status["ip"] = st.ip
+		status["url"] = string(data[SecretKeyURL])
+		for k, v := range data {
 			dxr.ConnectionDetails[k] = v
 		}
 	}
@@ -219,7 +226,7 @@ type state struct {
 	phase string
 	// message says why the Proxy is not Ready: the blocking resource's own message.
 	message string
-	data    map[string][]byte // the Secret's data; nil while no address was ever known
+	ip      string // the guest's address; "" while none was ever known
 }
 
 type condition struct {
@@ -262,12 +269,11 @@ func inputMessage(observed map[resource.Name]resource.ObservedComposed, waiting 
 	return ""
 }
 
-func observe(observed map[resource.Name]resource.ObservedComposed, p Proxy) state {
+func observe(observed map[resource.Name]resource.ObservedComposed) state {
 	st := state{phase: PhaseCreating}
 	if s, ok := observed[ResourceSecret]; ok {
-		if host := observedSecretHost(s.Resource); host != "" {
-			st.data = Endpoint{Host: host, Port: p.Port}.Data()
-		}
+		// The last address known, kept while the domain reports none (it restarts, say).
+		st.ip = observedSecretIP(s.Resource)
 	}
 	d, ok := observed[ResourceDomain]
 	if !ok {
@@ -277,7 +283,7 @@ func observe(observed map[resource.Name]resource.ObservedComposed, p Proxy) stat
 	ready, synced := cond(conds, "Ready"), cond(conds, "Synced")
 	ip, _ := d.Resource.GetString("status.atProvider.ipv4")
 	if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
-		st.data = Endpoint{Host: a.String(), Port: p.Port}.Data()
+		st.ip = a.String()
 	} else {
 		ip = ""
 	}
@@ -308,15 +314,17 @@ func observe(observed map[resource.Name]resource.ObservedComposed, p Proxy) stat
 	return st
 }
 
-// observedSecretHost returns the address in an observed Secret, or "" when it has none.
-func observedSecretHost(s *composed.Unstructured) string {
+// observedSecretIP returns the guest address in an observed Secret, or "" when it has none.
+// Secrets written before the Service existed hold it under host only.
+func observedSecretIP(s *composed.Unstructured) string {
 	var data map[string][]byte // base64 in JSON, decoded by encoding/json
 	if err := s.GetValueInto("data", &data); err != nil {
 		return ""
 	}
-	a, err := netip.ParseAddr(string(data[SecretKeyHost]))
-	if err != nil || !a.Is4() {
-		return ""
+	for _, k := range []string{SecretKeyIP, SecretKeyHost} {
+		if a, err := netip.ParseAddr(string(data[k])); err == nil && a.Is4() {
+			return a.String()
+		}
 	}
-	return a.String()
+	return ""
 }

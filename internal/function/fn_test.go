@@ -2,13 +2,17 @@ package function
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/structpb"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/crossplane/function-sdk-go/logging"
@@ -147,6 +151,7 @@ spec:
     readinessProbe:
       httpProxy: {port: 3128, url: "http://192.168.122.1:8204/", expectedStatus: 204}
 `),
+		ResourceService: serviceObj(t, "team-a", "web-proxy", 3128),
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("desired resources (-want +got):\n%s", d)
@@ -221,6 +226,7 @@ spec:
     readinessProbe:
       httpProxy: {port: 8080, url: "http://10.1.0.1/generate_204", expectedStatus: 200}
 `),
+		ResourceService: serviceObj(t, "team-b", "egress-proxy", 8080),
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("desired resources (-want +got):\n%s", d)
@@ -372,7 +378,7 @@ status:
   - {type: Ready, status: "True", reason: Available}
 `
 
-func secretObj(t *testing.T, ns, name, url, host, port string) map[string]any {
+func secretObj(t *testing.T, ns, name, url, host, ip, port string) map[string]any {
 	t.Helper()
 	m := obj(t, `
 apiVersion: v1
@@ -380,7 +386,7 @@ kind: Secret
 type: Opaque
 `)
 	m["metadata"] = map[string]any{"name": name, "namespace": ns}
-	m["data"] = map[string]any{"url": b64(url), "host": b64(host), "port": b64(port)}
+	m["data"] = map[string]any{"url": b64(url), "host": b64(host), "ip": b64(ip), "port": b64(port)}
 	return m
 }
 
@@ -395,10 +401,10 @@ func TestRunFunctionObserved(t *testing.T) {
 			observed: map[string]string{ResourceDomain: observedDomainReady},
 			wantStatus: map[string]any{
 				"phase": PhaseReady, "message": "", "secretName": "web-proxy",
-				"ip": "192.168.122.50", "url": "http://192.168.122.50:3128",
+				"ip": "192.168.122.50", "url": "http://web-proxy.team-a.svc:3128",
 			},
-			wantSecret: secretObj(t, "team-a", "web-proxy", "http://192.168.122.50:3128", "192.168.122.50", "3128"),
-			wantConn:   map[string]string{"url": "http://192.168.122.50:3128", "host": "192.168.122.50", "port": "3128"},
+			wantSecret: secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:3128", "web-proxy.team-a.svc", "192.168.122.50", "3128"),
+			wantConn:   map[string]string{"url": "http://web-proxy.team-a.svc:3128", "host": "web-proxy.team-a.svc", "ip": "192.168.122.50", "port": "3128"},
 		},
 		"AddressButProbeFails": {
 			observed: map[string]string{ResourceDomain: `
@@ -412,10 +418,10 @@ status:
 `},
 			wantStatus: map[string]any{
 				"phase": PhaseProbing, "message": "readiness probe failing: connection refused", "secretName": "web-proxy",
-				"ip": "192.168.122.51", "url": "http://192.168.122.51:3128",
+				"ip": "192.168.122.51", "url": "http://web-proxy.team-a.svc:3128",
 			},
-			wantSecret: secretObj(t, "team-a", "web-proxy", "http://192.168.122.51:3128", "192.168.122.51", "3128"),
-			wantConn:   map[string]string{"url": "http://192.168.122.51:3128", "host": "192.168.122.51", "port": "3128"},
+			wantSecret: secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:3128", "web-proxy.team-a.svc", "192.168.122.51", "3128"),
+			wantConn:   map[string]string{"url": "http://web-proxy.team-a.svc:3128", "host": "web-proxy.team-a.svc", "ip": "192.168.122.51", "port": "3128"},
 		},
 		"BootingNoAddress": {
 			observed: map[string]string{ResourceDomain: `
@@ -502,10 +508,10 @@ status:
 			},
 			wantStatus: map[string]any{
 				"phase": PhaseBooting, "message": "", "secretName": "web-proxy",
-				"ip": "192.168.122.49", "url": "http://192.168.122.49:3128",
+				"ip": "192.168.122.49", "url": "http://web-proxy.team-a.svc:3128",
 			},
-			wantSecret: secretObj(t, "team-a", "web-proxy", "http://192.168.122.49:3128", "192.168.122.49", "3128"),
-			wantConn:   map[string]string{"url": "http://192.168.122.49:3128", "host": "192.168.122.49", "port": "3128"},
+			wantSecret: secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:3128", "web-proxy.team-a.svc", "192.168.122.49", "3128"),
+			wantConn:   map[string]string{"url": "http://web-proxy.team-a.svc:3128", "host": "web-proxy.team-a.svc", "ip": "192.168.122.49", "port": "3128"},
 		},
 		"NewAddressReplacesSecretData": {
 			observed: map[string]string{
@@ -514,10 +520,10 @@ status:
 			},
 			wantStatus: map[string]any{
 				"phase": PhaseReady, "message": "", "secretName": "web-proxy",
-				"ip": "192.168.122.50", "url": "http://192.168.122.50:3128",
+				"ip": "192.168.122.50", "url": "http://web-proxy.team-a.svc:3128",
 			},
-			wantSecret: secretObj(t, "team-a", "web-proxy", "http://192.168.122.50:3128", "192.168.122.50", "3128"),
-			wantConn:   map[string]string{"url": "http://192.168.122.50:3128", "host": "192.168.122.50", "port": "3128"},
+			wantSecret: secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:3128", "web-proxy.team-a.svc", "192.168.122.50", "3128"),
+			wantConn:   map[string]string{"url": "http://web-proxy.team-a.svc:3128", "host": "web-proxy.team-a.svc", "ip": "192.168.122.50", "port": "3128"},
 		},
 	}
 	for name, tc := range cases {
@@ -539,11 +545,26 @@ status:
 			if _, ok := got[ResourceDomain]; !ok {
 				t.Errorf("no desired KVMDomain")
 			}
+			if _, ok := got[ResourceService]; !ok {
+				t.Errorf("no desired Service")
+			}
+			// The EndpointSlice follows the Secret: composed once an address is known, ready
+			// while the guest is.
+			eps, ok := got[ResourceEndpoints]
+			switch {
+			case tc.wantSecret == nil && ok:
+				t.Errorf("an EndpointSlice was composed before any address was known: %v", eps)
+			case tc.wantSecret != nil:
+				want := endpointSliceObj(t, "team-a", "web-proxy", tc.wantStatus["ip"].(string), 3128, tc.wantStatus["phase"] == PhaseReady)
+				if d := cmp.Diff(want, eps); d != "" {
+					t.Errorf("EndpointSlice (-want +got):\n%s", d)
+				}
+			}
 			// An existing Secret is ready; the rest is left to function-auto-ready.
 			for name, r := range rsp.GetDesired().GetResources() {
 				_, observed := tc.observed[name]
 				want := fnv1.Ready_READY_UNSPECIFIED
-				if name == ResourceSecret && observed {
+				if (name == ResourceSecret || name == ResourceService || name == ResourceEndpoints) && observed {
 					want = fnv1.Ready_READY_TRUE
 				}
 				if r.GetReady() != want {
@@ -568,7 +589,7 @@ func TestRunFunctionSecretFollowsPort(t *testing.T) {
 	xr := strings.Replace(minimalXR, "spec:\n", "spec:\n  port: 8080\n", 1)
 	rsp := run(t, newRequest(t, xr, map[string]string{ResourceDomain: observedDomainReady}))
 	mustNoFatal(t, rsp)
-	want := secretObj(t, "team-a", "web-proxy", "http://192.168.122.50:8080", "192.168.122.50", "8080")
+	want := secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:8080", "web-proxy.team-a.svc", "192.168.122.50", "8080")
 	if d := cmp.Diff(want, desired(rsp)[ResourceSecret]); d != "" {
 		t.Errorf("Secret (-want +got):\n%s", d)
 	}
@@ -725,6 +746,8 @@ spec:
 		ResourceSeed:      "team-c/web-seed",
 		ResourceDomain:    "team-c/web",
 		ResourceSecret:    "team-c/web-proxy",
+		ResourceService:   "team-c/web-proxy",
+		ResourceEndpoints: "team-c/web-proxy",
 	}
 	gotNames := map[string]string{}
 	for name, o := range got {
@@ -738,7 +761,7 @@ spec:
 	if d := cmp.Diff(obj(t, "{name: web-image}"), fp["baseImageRef"]); d != "" {
 		t.Errorf("baseImageRef (-want +got):\n%s", d)
 	}
-	if s := xrStatus(rsp); s["url"] != "http://192.168.122.50:3128" || s["phase"] != PhaseReady {
+	if s := xrStatus(rsp); s["url"] != "http://web-proxy.team-c.svc:3128" || s["ip"] != "192.168.122.50" || s["phase"] != PhaseReady {
 		t.Errorf("XR status = %v", s)
 	}
 }
@@ -770,13 +793,13 @@ func TestRunFunctionKeepsOtherDesiredResources(t *testing.T) {
 }
 
 func TestNamesFor(t *testing.T) {
-	if d := cmp.Diff(Names{Domain: "web", Seed: "web-seed", BaseImage: "web-image", Secret: "web-proxy"}, NamesFor("web")); d != "" {
+	if d := cmp.Diff(Names{Domain: "web", Seed: "web-seed", BaseImage: "web-image", Secret: "web-proxy", Service: "web-proxy"}, NamesFor("web")); d != "" {
 		t.Errorf("NamesFor(web) (-want +got):\n%s", d)
 	}
 	long := strings.Repeat("a", 60) + "-x"
 	other := strings.Repeat("a", 60) + "-y"
 	n, o := NamesFor(long), NamesFor(other)
-	for _, s := range []string{n.Domain, n.Seed, n.BaseImage, n.Secret} {
+	for _, s := range []string{n.Domain, n.Seed, n.BaseImage, n.Secret, n.Service} {
 		if len(s) > maxNameLen {
 			t.Errorf("%q is longer than %d", s, maxNameLen)
 		}
@@ -854,4 +877,67 @@ func TestUserDataRoundTrip(t *testing.T) {
 	if len(top) != 2 { // runcmd, write_files (no ssh keys)
 		t.Errorf("top-level keys: %v", top)
 	}
+}
+
+func endpointSliceObj(t *testing.T, ns, name, ip string, port int64, ready bool) map[string]any {
+	t.Helper()
+	m := obj(t, fmt.Sprintf(`
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+addressType: IPv4
+endpoints:
+- addresses: [%q]
+  conditions: {ready: %t}
+ports:
+- {name: http-proxy, protocol: TCP, port: %d}
+`, ip, ready, port))
+	m["metadata"] = map[string]any{"name": name, "namespace": ns, "labels": map[string]any{
+		"kubernetes.io/service-name":             name,
+		"endpointslice.kubernetes.io/managed-by": ManagedBy,
+	}}
+	return m
+}
+
+func serviceObj(t *testing.T, ns, name string, port int64) map[string]any {
+	t.Helper()
+	return obj(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: %s, namespace: %s}
+spec:
+  type: ClusterIP
+  ports:
+  - {name: http-proxy, protocol: TCP, port: %d, targetPort: %d}
+`, name, ns, port, port))
+}
+
+func TestServiceName(t *testing.T) {
+	cases := map[string]struct {
+		xr   string
+		want string
+	}{
+		"Plain":            {xr: "web", want: "web-proxy"},
+		"StartsWithADigit": {xr: "1web", want: "p" + hash12("1web") + "-proxy"},
+		"HasDots":          {xr: "web.team", want: "p" + hash12("web.team") + "-proxy"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := serviceName(tc.xr)
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("serviceName(%q) (-want +got):\n%s", tc.xr, d)
+			}
+			if msgs := validation.IsDNS1035Label(got); len(msgs) > 0 {
+				t.Errorf("serviceName(%q) = %q is not a DNS-1035 label: %v", tc.xr, got, msgs)
+			}
+		})
+	}
+	long := serviceName(strings.Repeat("a", 70))
+	if len(validation.IsDNS1035Label(long)) > 0 {
+		t.Errorf("a long name gives %q", long)
+	}
+}
+
+func hash12(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:12]
 }

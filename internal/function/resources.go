@@ -9,7 +9,12 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -26,14 +31,25 @@ const (
 	ResourceSeed      = "seed"
 	ResourceDomain    = "domain"
 	ResourceSecret    = "secret"
+	ResourceService   = "service"
+	ResourceEndpoints = "endpoints"
 )
 
-// Secret keys written for applications.
+// Secret keys written for applications: url and host name the proxy's Service (its cluster
+// DNS name), ip is the guest's own address.
 const (
 	SecretKeyURL  = "url"
 	SecretKeyHost = "host"
+	SecretKeyIP   = "ip"
 	SecretKeyPort = "port"
 )
+
+// ManagedBy is the endpointslice.kubernetes.io/managed-by label of the EndpointSlices the
+// function composes: not Kubernetes' own EndpointSlice controller, which leaves them alone.
+const ManagedBy = "function-kvm-proxy.kvm.crossplane.io"
+
+// servicePortName names the proxy's port on its Service and EndpointSlice.
+const servicePortName = "http-proxy"
 
 // maxNameLen keeps composed names short enough to serve as a host name label and as part of
 // libvirt volume names.
@@ -45,7 +61,8 @@ type Names struct {
 	Domain    string // the KVMDomain; also the guest's host name
 	Seed      string // the SeedVolume
 	BaseImage string // the BaseImage, when the proxy caches its own image
-	Secret    string // the Secret with url, host and port
+	Secret    string // the Secret with url, host, ip and port
+	Service   string // the selectorless Service and its EndpointSlice; a DNS-1035 label
 }
 
 // NamesFor returns the composed names for an XR name.
@@ -55,7 +72,19 @@ func NamesFor(xr string) Names {
 		Seed:      childName(xr, "-seed"),
 		BaseImage: childName(xr, "-image"),
 		Secret:    childName(xr, "-proxy"),
+		Service:   serviceName(xr),
 	}
+}
+
+// serviceName is <xr>-proxy when that is a DNS-1035 label, as Service names must be (XR names
+// may start with a digit or hold dots); otherwise "p" and a hash of the XR's name: stable, and
+// different for different names.
+func serviceName(xr string) string {
+	if n := childName(xr, "-proxy"); len(validation.IsDNS1035Label(n)) == 0 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(xr))
+	return "p" + hex.EncodeToString(sum[:])[:12] + "-proxy"
 }
 
 // childName is base+suffix when that fits maxNameLen, else base cut short, a hash of the
@@ -128,23 +157,59 @@ func KVMDomain(p Proxy, n Names, ns string) *v1alpha1.KVMDomain {
 	return d
 }
 
-// Endpoint is where applications reach a proxy.
+// Endpoint is where applications reach a proxy: its Service's cluster DNS name, and the
+// guest's address behind it.
 type Endpoint struct {
-	Host string
-	Port int32
+	Service, Namespace string
+	IP                 string
+	Port               int32
 }
 
-// URL is http://host:port.
+// Host is the Service's cluster DNS name, <service>.<namespace>.svc.
+func (e Endpoint) Host() string { return e.Service + "." + e.Namespace + ".svc" }
+
+// URL is http://<service>.<namespace>.svc:<port>.
 func (e Endpoint) URL() string {
-	return "http://" + e.Host + ":" + strconv.Itoa(int(e.Port))
+	return "http://" + e.Host() + ":" + strconv.Itoa(int(e.Port))
 }
 
 // Data is the Secret data (and the connection details) of the endpoint.
 func (e Endpoint) Data() map[string][]byte {
 	return map[string][]byte{
 		SecretKeyURL:  []byte(e.URL()),
-		SecretKeyHost: []byte(e.Host),
+		SecretKeyHost: []byte(e.Host()),
+		SecretKeyIP:   []byte(e.IP),
 		SecretKeyPort: []byte(strconv.Itoa(int(e.Port))),
+	}
+}
+
+// Service is the proxy's selectorless Service: cluster DNS and a cluster IP in front of the
+// guest, whose address the EndpointSlice gives.
+func Service(n Names, ns string, port int32) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Service, Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeClusterIP,
+			Ports: []corev1.ServicePort{{Name: servicePortName, Protocol: corev1.ProtocolTCP, Port: port,
+				TargetPort: intstr.FromInt32(port)}},
+		},
+	}
+}
+
+// EndpointSlice points the proxy's Service at the guest's address; ready is whether the guest
+// passes its readiness probe.
+func EndpointSlice(n Names, ns, ip string, port int32, ready bool) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Service, Namespace: ns, Labels: map[string]string{
+			discoveryv1.LabelServiceName: n.Service,
+			discoveryv1.LabelManagedBy:   ManagedBy,
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(servicePortName), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}},
 	}
 }
 

@@ -81,10 +81,10 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.usage(string(data["url"]))
+	e.usage(string(data["url"]), string(data["ip"])+":"+string(data["port"]))
 }
 
-func (e *env) usage(url string) {
+func (e *env) usage(url, addr string) {
 	fmt.Printf(`
 The demo is running: Proxy demo/squid is Ready (a squid VM on the test bed, booted under TCG).
 Everything lives in network namespace %[1]s; the guest network is reachable only there.
@@ -94,13 +94,14 @@ Everything lives in network namespace %[1]s; the guest network is reachable only
   cluster/e2e/kubectl.sh -n demo get seedvolumes,kvmdomains,baseimages,secrets
   cluster/e2e/kubectl.sh -n demo get secret squid-proxy -o jsonpath='{.data.url}' | base64 -d
 
-  # use the proxy (the Secret's url: %[2]s):
-  ip netns exec %[1]s curl -sS -o /dev/null -w '%%{http_code}\n' -x %[2]s %[3]s
+  # use the proxy: pods use the Secret's url, %[2]s (its Service; this demo has no
+  # cluster DNS), here the guest's address behind it, %[6]s:
+  ip netns exec %[1]s curl -sS -o /dev/null -w '%%{http_code}\n' -x http://%[6]s %[3]s
 
   # the VM on the host:
   virsh -c %[4]s list --all        (domain demo_squid)
 
 Logs: %[5]s    Stop and clean up: make demo-down
 
-`, e.cfg.Netns, url, e.probeURL, e.cfg.LibvirtURI, e.cfg.Logs)
+`, e.cfg.Netns, url, e.probeURL, e.cfg.LibvirtURI, e.cfg.Logs, addr)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -115,17 +116,23 @@ func (e *env) watch(ctx context.Context, u *unstructured.Unstructured, composite
 	return nil
 }
 
-// checkEndpoint: Secret ns/secret holds url, host and port that agree with each other and
-// with the status.url of obj (the Proxy or the claim), and the proxy at url forwards a
-// request for the 204 origin (as curl -x does, from inside the namespace).
+// checkEndpoint: Secret ns/secret holds url, host, ip and port that agree with each other, with
+// the status.url of obj (the Proxy or the claim) and with the Proxy's Service and EndpointSlice
+// (named like the Secret): url is http://<service>.<ns>.svc:<port>, the EndpointSlice points at
+// ip; and the proxy at ip:port forwards a request for the 204 origin (as curl -x does, from
+// inside the namespace: this control plane has no cluster DNS or service proxy, so the
+// Service's own address is not tried).
 func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *unstructured.Unstructured) error {
 	data, err := e.secretData(ctx, ns, secret)
 	if err != nil {
 		return fmt.Errorf("%s: %w", label, err)
 	}
-	u, h, p := string(data["url"]), string(data["host"]), string(data["port"])
-	if u == "" || h == "" || p == "" {
-		return fmt.Errorf("%s: Secret %s/%s lacks url, host or port (has %v)", label, ns, secret, sortedKeys(data))
+	u, h, ip, p := string(data["url"]), string(data["host"]), string(data["ip"]), string(data["port"])
+	if u == "" || h == "" || ip == "" || p == "" {
+		return fmt.Errorf("%s: Secret %s/%s lacks url, host, ip or port (has %v)", label, ns, secret, sortedKeys(data))
+	}
+	if want := secret + "." + ns + ".svc"; h != want {
+		return fmt.Errorf("%s: Secret %s/%s: host %s, want the Service's cluster DNS name %s", label, ns, secret, h, want)
 	}
 	if u != "http://"+h+":"+p {
 		return fmt.Errorf("%s: Secret %s/%s: url %s does not match host %s and port %s", label, ns, secret, u, h, p)
@@ -141,15 +148,27 @@ func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *
 	if su, _, _ := unstructured.NestedString(cur.Object, "status", "url"); su != u {
 		return fmt.Errorf("%s: status.url %q differs from the Secret's %s", label, su, u)
 	}
-	pu, err := url.Parse(u)
-	if err != nil {
-		return fmt.Errorf("%s: Secret %s/%s: url %q: %w", label, ns, secret, u, err)
+	svc := &corev1.Service{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: secret}, svc); err != nil {
+		return fmt.Errorf("%s: Service %s/%s: %w", label, ns, secret, err)
 	}
-	code, err := httpGet(ctx, pu, e.probeURL, 20*time.Second)
+	if len(svc.Spec.Selector) > 0 || len(svc.Spec.Ports) != 1 || fmt.Sprint(svc.Spec.Ports[0].Port) != p {
+		return fmt.Errorf("%s: Service %s/%s: selector %v, ports %v; want no selector and port %s", label, ns, secret, svc.Spec.Selector, svc.Spec.Ports, p)
+	}
+	eps := &discoveryv1.EndpointSlice{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: secret}, eps); err != nil {
+		return fmt.Errorf("%s: EndpointSlice %s/%s: %w", label, ns, secret, err)
+	}
+	if eps.Labels[discoveryv1.LabelServiceName] != secret || len(eps.Endpoints) != 1 || len(eps.Endpoints[0].Addresses) != 1 || eps.Endpoints[0].Addresses[0] != ip {
+		return fmt.Errorf("%s: EndpointSlice %s/%s: labels %v, endpoints %v; want service %s and address %s", label, ns, secret, eps.Labels, eps.Endpoints, secret, ip)
+	}
+	direct := &url.URL{Scheme: "http", Host: ip + ":" + p}
+	code, err := httpGet(ctx, direct, e.probeURL, 20*time.Second)
 	if code != 204 {
-		return fmt.Errorf("%s: GET %s through proxy %s answered %d (%v), want 204", label, e.probeURL, u, code, err)
+		return fmt.Errorf("%s: GET %s through proxy %s answered %d (%v), want 204", label, e.probeURL, direct, code, err)
 	}
-	logf("  %s: Secret %s/%s url=%s host=%s port=%s; GET %s through %s -> 204", label, ns, secret, u, h, p, e.probeURL, u)
+	logf("  %s: Secret %s/%s url=%s ip=%s port=%s; Service (cluster IP %s) and EndpointSlice -> %s; GET %s through %s -> 204",
+		label, ns, secret, u, ip, p, svc.Spec.ClusterIP, ip, e.probeURL, direct)
 	return nil
 }
 
@@ -157,7 +176,8 @@ func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *
 func (e *env) composedLeft(ctx context.Context, ns, composite string) ([]string, error) {
 	sel := client.MatchingLabels{"crossplane.io/composite": composite}
 	var out []string
-	for _, l := range []client.ObjectList{&v1alpha1.SeedVolumeList{}, &v1alpha1.KVMDomainList{}, &v1alpha1.BaseImageList{}, &corev1.SecretList{}} {
+	for _, l := range []client.ObjectList{&v1alpha1.SeedVolumeList{}, &v1alpha1.KVMDomainList{}, &v1alpha1.BaseImageList{}, &corev1.SecretList{},
+		&corev1.ServiceList{}, &discoveryv1.EndpointSliceList{}} {
 		if err := e.c.List(ctx, l, client.InNamespace(ns), sel); err != nil {
 			return nil, err
 		}

@@ -109,7 +109,7 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 		s.Firmware = string(in.base.Spec.ForProvider.Firmware)
 	}
 	if s.Network == "" && s.Bridge == "" {
-		s.Network = e.defaults.Network
+		s.Network, s.Bridge = e.defaults.Attachment()
 	}
 	if in.seed != nil {
 		// The seed's volume name is derived from the SeedVolume, never read from its status.
