@@ -38,7 +38,8 @@ func main() {
 	var (
 		app            = kingpin.New(filepath.Base(os.Args[0]), "Crossplane provider for libvirt/KVM hosts reached over SSH.").DefaultEnvars()
 		debug          = app.Flag("debug", "Log at debug verbosity, including controller-runtime's own logs.").Short('d').Bool()
-		leaderElection = app.Flag("leader-election", "Use leader election, so that only one replica reconciles.").Short('l').Default("false").Envar("LEADER_ELECTION").Bool()
+		leaderElection = app.Flag("leader-election", "Use leader election, so that only one replica reconciles (a rolling update starts the new pod before the old one stops). --no-leader-election turns it off.").Short('l').Default("true").Envar("LEADER_ELECTION").Bool()
+		leaderNS       = app.Flag("leader-election-namespace", "Namespace of the leader election Lease; default: the pod's own, or crossplane-system outside a cluster.").Default("").Envar("POD_NAMESPACE").String()
 
 		syncInterval     = app.Flag("sync", "How often every resource is reconciled even when nothing changed (informer resync period).").Short('s').Default("1h").Duration()
 		pollInterval     = app.Flag("poll", "How often each managed resource is checked for drift from its desired state.").Default("1m").Duration()
@@ -69,11 +70,14 @@ func main() {
 
 		// Leases only, with long durations: renewals under heavy reconcile load have been
 		// observed to miss the default 10 s deadline.
-		LeaderElection:             *leaderElection,
-		LeaderElectionID:           "crossplane-leader-election-provider-kvm",
-		LeaderElectionResourceLock: resourcelock.LeasesResourceLock,
-		LeaseDuration:              func() *time.Duration { d := 60 * time.Second; return &d }(),
-		RenewDeadline:              func() *time.Duration { d := 50 * time.Second; return &d }(),
+		LeaderElection:          *leaderElection,
+		LeaderElectionNamespace: leaseNamespace(*leaderNS),
+		LeaderElectionID:        "crossplane-leader-election-provider-kvm",
+		// A provider that stops gracefully hands over at once instead of after LeaseDuration.
+		LeaderElectionReleaseOnCancel: true,
+		LeaderElectionResourceLock:    resourcelock.LeasesResourceLock,
+		LeaseDuration:                 func() *time.Duration { d := 60 * time.Second; return &d }(),
+		RenewDeadline:                 func() *time.Duration { d := 50 * time.Second; return &d }(),
 	})
 	kingpin.FatalIfError(err, "Cannot create controller manager")
 	kingpin.FatalIfError(apis.AddToScheme(mgr.GetScheme()), "Cannot add provider-kvm APIs to scheme")
@@ -112,4 +116,19 @@ func main() {
 
 	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events), "Cannot set up provider-kvm controllers")
 	kingpin.FatalIfError(mgr.Start(ctrl.SetupSignalHandler()), "Cannot start controller manager")
+}
+
+// inClusterNamespace is where Kubernetes tells a pod its namespace.
+const inClusterNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// leaseNamespace is the namespace of the leader election Lease: the flag's, else the pod's own
+// (controller-runtime reads it), else crossplane-system for a provider run outside a cluster.
+func leaseNamespace(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if _, err := os.Stat(inClusterNamespace); err == nil {
+		return ""
+	}
+	return "crossplane-system"
 }
