@@ -5,7 +5,7 @@
 # server and the 204 origin) is the Go package cluster/e2e/e2etest (see docs/e2e.md).
 #
 # The processes, all inside the test bed's network namespace (cluster/testbed, netns kvmhost):
-#   etcd + kube-apiserver + kube-controller-manager (garbage collector only), built from Go
+#   etcd + kube-apiserver + kube-controller-manager (its default controllers), built from Go
 #   modules by cluster/controlplane/build.sh;
 #   the Crossplane core v2.4.0 out of cluster (`core start --package-runtime=External`);
 #   function-kvm-proxy and function-auto-ready as local processes with mTLS;
@@ -279,10 +279,14 @@ start_controlplane() {
 	done
 	((i < 180)) || die "kube-apiserver is not ready after 180 s (see $LOGS/kube-apiserver.log)"
 	log "kube-apiserver ready after $((SECONDS - t0))s ($("$BIN/kube-apiserver" --version))"
-	# Only the garbage collector: Crossplane leaves deleting composed resources to it.
+	# Its default controllers, as in a cluster: the garbage collector (Crossplane leaves
+	# deleting composed resources to it), the namespace controller (deleting a team's
+	# namespace deletes its Proxies and VMs), the EndpointSlice controllers (which must leave
+	# the Proxies' own EndpointSlices alone), service accounts and their tokens.
 	start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG" \
 		--authentication-kubeconfig="$KUBECONFIG" --authorization-kubeconfig="$KUBECONFIG" \
-		--controllers=garbagecollector --leader-elect=false --use-service-account-credentials=false \
+		--leader-elect=false --use-service-account-credentials=false \
+		--service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
 		--bind-address=127.0.0.1 --secure-port="$KCM_PORT"
 	k create namespace crossplane-system >/dev/null
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -253,12 +254,14 @@ func TestE2E(t *testing.T) {
 	})
 
 	step("delete-all", func(t *testing.T) {
-		logf("4/5 delete Proxy team-a/proxy-b, ProxyClaim team-b/proxy-c and BaseImage team-a/debian-12")
+		logf("4/5 delete Proxy team-a/proxy-b and BaseImage team-a/debian-12; offboard team-b by deleting its namespace")
 		t0 := time.Now()
-		for _, u := range []*unstructured.Unstructured{newUnstructured(gvkProxy, "team-a", "proxy-b"), newUnstructured(gvkProxyClaim, "team-b", "proxy-c")} {
-			if err := e.c.Delete(ctx, u); err != nil {
-				t.Fatal(err)
-			}
+		if err := e.c.Delete(ctx, newUnstructured(gvkProxy, "team-a", "proxy-b")); err != nil {
+			t.Fatal(err)
+		}
+		// Offboarding a team: its namespace goes, and with it its claim, VM, seed and image.
+		if err := e.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-b"}}); err != nil {
+			t.Fatal(err)
 		}
 		if err := waitFor(ctx, "proxy-b's and the claim's managed resources to be deleted", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
 			left, err := e.managedLeft(ctx, e2eNamespaces, kvmDomains, seedVolumes)
@@ -296,7 +299,17 @@ func TestE2E(t *testing.T) {
 				t.Fatalf("objects of %s left on the host: %s %v", p, objectList(left), err)
 			}
 		}
-		e.tl.add("delete proxy-b, claim, BaseImage", "deleted -> nothing of team-a/team-b left on the host", secs(time.Since(t0)))
+		if err := waitFor(ctx, "namespace team-b to be gone", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
+			ns := &corev1.Namespace{}
+			if err := e.c.Get(ctx, client.ObjectKey{Name: "team-b"}, ns); !kerrors.IsNotFound(err) {
+				return fmt.Errorf("still there (phase %s, %v)", ns.Status.Phase, err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		logf("  namespace team-b deleted: its claim, VM, seed and image are gone from the host")
+		e.tl.add("delete proxy-b, BaseImage, ns team-b", "deleted -> nothing of team-a/team-b left on the host", secs(time.Since(t0)))
 		logf("  nothing of team-a or team-b left on the host (domains, overlays, seeds, NVRAM, base volumes)")
 		if left := e.xrsLeft(ctx, e2eNamespaces); len(left) > 0 {
 			t.Fatalf("XRs or claims left: %s", strings.Join(left, ", "))
