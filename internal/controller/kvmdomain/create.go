@@ -20,7 +20,7 @@ import (
 // ours is never used.
 func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target, base *v1alpha1.BaseImage) error {
 	if _, err := e.lv.Volume(ctx, t.pool, t.overlay); err == nil {
-		return errors.Wrap(e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner), errOverlay)
+		return errors.Wrap(e.records.VerifyFresh(ctx, e.lv, e.host, t.pool, t.overlay, t.owner), errOverlay)
 	} else if !libvirt.IsNotFound(err) {
 		return errors.Wrap(err, errOverlay)
 	}
@@ -86,7 +86,7 @@ func (e *external) growDisk(ctx context.Context, cr *v1alpha1.KVMDomain, t targe
 	if err != nil || grow == 0 {
 		return err
 	}
-	if err := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner); err != nil {
+	if err := e.records.VerifyFresh(ctx, e.lv, e.host, t.pool, t.overlay, t.owner); err != nil {
 		return errors.Wrap(err, errResizeOverlay)
 	}
 	want := uint64(*cr.Spec.ForProvider.DiskSizeGiB) << 30

@@ -48,7 +48,7 @@ func (e *external) deleteOverlay(ctx context.Context, cr *v1alpha1.KVMDomain, t 
 	case err != nil:
 		return errors.Wrap(err, errDeleteOverlay)
 	default:
-		verr := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner)
+		verr := e.records.VerifyFresh(ctx, e.lv, e.host, t.pool, t.overlay, t.owner)
 		if ownership.IsNotOwned(verr) {
 			e.recorder.Event(cr, event.Warning(reasonLeft, verr))
 			return nil
