@@ -102,6 +102,16 @@ boot-check: testbed-up image ## Boot the guest image with plain virsh to squid 2
 testbed-down: ## Stop what testbed-up started.
 	cluster/testbed/down.sh
 
+# The LAN test bed (cluster/lan/README.md): a switch with DHCP, node, host-a and host-b, each in
+# network namespaces of its own; it runs next to the test bed above without touching it.
+.PHONY: lan-up lan-down test-lan
+lan-up: packages ## Start the LAN test bed: netns lan (bridge + dnsmasq), node, host-a and host-b (libvirtd + sshd each); idempotent.
+	cluster/lan/up.sh
+lan-down: ## Stop what lan-up started.
+	cluster/lan/down.sh
+test-lan: deps lan-up image ## From netns node: SSH + libvirt on both hosts, a guest on host-a's bridge answering 204, nothing leaves the namespaces (~3 min).
+	flock /tmp/testbed.lock cluster/lan/exec.sh node go test -tags lan -count=1 -v -timeout 20m ./cluster/lan/lantest/
+
 .PHONY: test-unit
 test-unit: ## Unit tests only: no control plane, no test bed.
 	go test $(GO_TEST_FLAGS) ./...
