@@ -16,6 +16,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
@@ -72,8 +73,13 @@ type Session struct {
 
 // Connect tracks mg's usage of its config, resolves the config and opens (or reuses) the
 // pooled connection. A failure here leaves the resource Synced=False with the error.
+//
+// A resource being deleted connects even when its usage cannot be recorded: the namespace
+// controller deletes a terminating namespace's ProviderConfigUsages and then forbids creating
+// new ones, so an offboarded team's resources could otherwise never delete their VMs, and the
+// namespace would stay Terminating for ever.
 func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Session, error) {
-	if err := c.Usage.Track(ctx, mg); err != nil {
+	if err := c.Usage.Track(ctx, mg); err != nil && !meta.WasDeleted(mg) {
 		return nil, errors.Wrap(err, errTrackUsage)
 	}
 	r, err := hostconfig.Resolve(ctx, c.Kube, mg)

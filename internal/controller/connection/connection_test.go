@@ -2,6 +2,7 @@ package connection
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,25 @@ func TestConnectTracksUsageFirst(t *testing.T) {
 	_, err := c.Connect(context.Background(), managed())
 	if err == nil || !strings.Contains(err.Error(), errTrackUsage) || tracked != 1 {
 		t.Fatalf("Connect(): want %q after one Track call, got %v (tracked %d)", errTrackUsage, err, tracked)
+	}
+}
+
+// TestConnectDeletingIgnoresUsage: a resource being deleted goes on to resolve its config when
+// its usage cannot be recorded (a terminating namespace forbids creating it).
+func TestConnectDeletingIgnoresUsage(t *testing.T) {
+	c := &Connector{
+		Kube: &test.MockClient{MockGet: test.NewMockGetFn(kerrors.NewNotFound(schema.GroupResource{}, "host"))},
+		Usage: resource.ModernTrackerFn(func(context.Context, resource.ModernManaged) error {
+			return kerrors.NewForbidden(schema.GroupResource{}, "x", errors.New("unable to create new content in namespace team-a because it is being terminated"))
+		}),
+		Conns: host.NewConnections(),
+	}
+	mg := managed()
+	now := metav1.Now()
+	mg.SetDeletionTimestamp(&now)
+	_, err := c.Connect(context.Background(), mg)
+	if err == nil || strings.Contains(err.Error(), errTrackUsage) || !strings.Contains(err.Error(), errResolve) {
+		t.Fatalf("Connect() of a deleted resource: want the config's resolution error, not %q; got %v", errTrackUsage, err)
 	}
 }
 
