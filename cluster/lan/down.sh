@@ -11,7 +11,7 @@ HERE=$(dirname "$(readlink -f "$0")")
 log() { echo "lan-down: $*"; }
 
 [ "$(id -u)" = 0 ] || { echo "lan-down: must run as root" >&2; exit 1; }
-mkdir -p "$PIDS" "$MARK"
+[ -d "$LAN_DIR" ] || { log "nothing to stop ($LAN_DIR does not exist)"; exit 0; }
 
 for h in "${HOSTS[@]}"; do
   if alive "$PIDS/$h.libvirtd.pid" && [ -e "$(mnt_ns "$h")" ]; then
