@@ -1,7 +1,6 @@
 package imagecache
 
 import (
-	"bytes"
 	"context"
 	"sync"
 	"time"
@@ -87,19 +86,11 @@ func (c *Cache) statRecord(ctx context.Context, pool, name string) (exists bool,
 	if e, ok := seen.get(k, fp); ok {
 		return true, e.rec, e.invalid, nil
 	}
-	var buf bytes.Buffer
-	err = c.lv.Download(ctx, pool, name, &buf, 0, maxRecordBytes)
-	if libvirt.IsNotFound(err) {
-		return false, nil, nil, nil
-	}
-	if err != nil {
-		return false, nil, nil, errors.Wrapf(err, errReadRecord, name, pool)
-	}
-	r, derr := DecodeRecord(buf.Bytes())
-	if derr == nil || r.Owner.UID != "" {
-		rec = &r
+	exists, rec, invalid, err = c.readRecord(ctx, pool, name)
+	if !exists || err != nil {
+		return exists, nil, nil, err
 	}
 	// Keyed by the fingerprint taken before the read: a change since shows as another.
-	seen.put(k, memoEntry{fp: fp, rec: rec, invalid: derr})
-	return true, rec, derr, nil
+	seen.put(k, memoEntry{fp: fp, rec: rec, invalid: invalid})
+	return true, rec, invalid, nil
 }
