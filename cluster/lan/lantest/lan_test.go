@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,12 +110,12 @@ func (b *bed) sshArgs(knownHosts, ip string) []string {
 }
 
 // ssh runs a shell command on h with OpenSSH (a session in h's namespaces), stdin from in.
-func (b *bed) ssh(ctx context.Context, h lanHost, in []byte, command string) (string, error) {
+func (b *bed) ssh(ctx context.Context, h lanHost, in io.Reader, command string) (string, error) {
 	cmd := exec.CommandContext(ctx, "ssh", append(b.sshArgs(b.knownHostsPath, h.ip), command)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if in != nil {
-		cmd.Stdin = bytes.NewReader(in)
+		cmd.Stdin = in
 	}
 	if err := cmd.Run(); err != nil {
 		return out.String(), fmt.Errorf("ssh %s %q: %w: %s", h.name, command, err, strings.TrimSpace(errb.String()))
