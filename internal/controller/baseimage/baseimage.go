@@ -90,7 +90,11 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 		GVK:       v1alpha1.BaseImageGroupVersionKind,
 		Object:    &v1alpha1.BaseImage{},
 		List:      &v1alpha1.BaseImageList{},
-		Watches:   []ctrlsource.TypedSource[reconcile.Request]{ctrlsource.Channel(done, &handler.EnqueueRequestForObject{})},
+		Watches: []ctrlsource.TypedSource[reconcile.Request]{
+			ctrlsource.Channel(done, &handler.EnqueueRequestForObject{}),
+			// A deletion held while overlays use the image goes on when their KVMDomain is gone.
+			setup.WhenDomainGone(mgr.GetCache(), func(d *v1alpha1.KVMDomain) *string { return d.Spec.ForProvider.BaseImageName }),
+		},
 		ExternalName: func(mg resource.Managed) string {
 			return imagecache.VolumeName(source(mg.(*v1alpha1.BaseImage)))
 		},

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -67,6 +69,9 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 		GVK:       v1alpha1.SeedVolumeGroupVersionKind,
 		Object:    &v1alpha1.SeedVolume{},
 		List:      &v1alpha1.SeedVolumeList{},
+		// A seed's deletion is held while a domain uses it: go on when that KVMDomain is gone.
+		Watches: []source.TypedSource[reconcile.Request]{setup.WhenDomainGone(mgr.GetCache(),
+			func(d *v1alpha1.KVMDomain) *string { return d.Spec.ForProvider.SeedVolumeName })},
 		ExternalName: func(mg resource.Managed) string {
 			return names.SeedVolume(mg.GetNamespace(), mg.GetName(), string(mg.GetUID()))
 		},
