@@ -243,7 +243,7 @@ func TestExamplesCoverProxyAPI(t *testing.T) {
 			}
 		}
 	}
-	if d := cmp.Diff(map[string]int{"BaseImage": 1, "Proxy": 3, "ProxyClaim": 1}, got); d != "" {
+	if d := cmp.Diff(map[string]int{"BaseImage": 1, "ClusterRole": 1, "Proxy": 3, "ProxyClaim": 1}, got); d != "" {
 		t.Errorf("kinds in examples/proxy (-want +got):\n%s", d)
 	}
 	if shared != 2 || own != 1 {
