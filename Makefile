@@ -62,7 +62,7 @@ check-generate: generate ## Fail when generated files are stale (what CI runs).
 GOLANGCI_LINT ?= $(CACHE_DIR)/bin/golangci-lint
 lint: packages ## golangci-lint (.golangci.yml; built from its Go module once, ~4 min cold) and shellcheck.
 	BIN_DIR="$(CACHE_DIR)/bin" cluster/lint/build.sh
-	$(GOLANGCI_LINT) run --build-tags e2e,lan ./...
+	$(GOLANGCI_LINT) run --build-tags e2e,lan,bench ./...
 	shellcheck $$(git ls-files '*.sh') .ci/run
 
 .PHONY: build
@@ -153,7 +153,7 @@ bench: deps testbed-up ## Benchmarks (libvirt round trip over pooled SSH, connec
 bench-observe: deps controlplane testbed-up ## Calls and new libvirt connections per steady-state Observe of each kind, 1/10/100 resources (~10 min).
 	@mkdir -p _output
 	BENCH_OBSERVE=1 BENCH_OBSERVE_OUT="$(CURDIR)/_output/bench-observe.txt" CI="$${CI:-}" cluster/testbed/run-in-netns.sh \
-		go test -count=1 -timeout 60m -run '^TestObserveCost$$' ./internal/observebench/
+		go test -tags bench -count=1 -timeout 60m -run '^TestObserveCost$$' ./internal/observebench/
 	@cat _output/bench-observe.txt
 
 .PHONY: bench-boot
