@@ -78,7 +78,7 @@ var domainHandles sync.Map // address + "\x00" + name -> golibvirt.Domain
 // domain, four for an active one, one more when the domain was not looked up before.
 func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 	var out DomainInfo
-	key := c.conn.Address() + "\x00" + name
+	key := c.handleKey(name)
 	err := c.do(ctx, func(l rpc) error {
 		h, cached := domainHandles.Load(key)
 		dom, _ := h.(golibvirt.Domain)
@@ -140,11 +140,14 @@ func (c *Client) withDomain(ctx context.Context, name string, fn func(l rpc, d g
 	})
 }
 
+// handleKey is the key of name's remembered handle: domain names are unique per host.
+func (c *Client) handleKey(name string) string { return c.conn.Address() + "\x00" + name }
+
 // withKnownDomain runs fn on the named domain, through the handle Domain remembered when
 // there is one (no lookup); when fn fails with IsNotFound on it, the domain is looked up and
 // fn runs again.
 func (c *Client) withKnownDomain(ctx context.Context, name string, fn func(l rpc, d golibvirt.Domain) error) error {
-	key := c.conn.Address() + "\x00" + name
+	key := c.handleKey(name)
 	return c.do(ctx, func(l rpc) error {
 		if h, ok := domainHandles.Load(key); ok {
 			err := fn(l, h.(golibvirt.Domain)) //nolint:forcetypeassert // only Domains are stored
@@ -186,6 +189,11 @@ func (c *Client) UndefineDomain(ctx context.Context, name string) error {
 	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error {
 		return l.DomainUndefineFlags(d, golibvirt.DomainUndefineNvram|golibvirt.DomainUndefineManagedSave)
 	})
+	if err == nil {
+		// The remembered handle names a domain that is gone: forget it now rather than at
+		// the next lookup, which may never come.
+		domainHandles.Delete(c.handleKey(name))
+	}
 	return errors.Wrapf(err, errUndefineDomain, name, c.conn.Address())
 }
 
