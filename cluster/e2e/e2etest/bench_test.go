@@ -57,7 +57,7 @@ func TestBenchLatency(t *testing.T) {
 	}
 	e := requireEnv(t)
 	ctx := context.Background()
-	keep, err := e.host.baseVolumes()
+	keep, err := e.hosts.baseVolumes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func (e *env) probeUntil204(ctx context.Context, domain, probeURL string, first 
 	ip := ""
 	for {
 		if ip == "" {
-			ip = e.host.leaseIP(domain)
+			ip = e.hosts.first().leaseIP(domain)
 		}
 		if ip != "" {
 			proxy := &url.URL{Scheme: "http", Host: ip + ":3128"}
@@ -252,9 +252,13 @@ type lifecycle struct {
 }
 
 func watchLifecycle(cfg config) (*lifecycle, error) {
-	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(cfg.LibvirtSocket), dialers.WithLocalTimeout(10*time.Second)))
+	if len(cfg.Hosts) == 0 {
+		return nil, fmt.Errorf("no libvirt host configured")
+	}
+	sock := cfg.Hosts[0].Socket
+	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(sock), dialers.WithLocalTimeout(10*time.Second)))
 	if err := l.ConnectToURI(libvirt.ConnectURI(cfg.LibvirtURI)); err != nil {
-		return nil, fmt.Errorf("libvirt at %s: %w", cfg.LibvirtSocket, err)
+		return nil, fmt.Errorf("libvirt at %s: %w", sock, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := l.LifecycleEvents(ctx)
