@@ -119,8 +119,9 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # The whole suite runs inside the test bed's network namespace: the SSH server and the guests
 # live there, and the envtest control plane only needs loopback, which the namespace has.
 .PHONY: test
-test: deps controlplane tools testbed-up image ## The README's test command: all tests with real parts, then make e2e.
+test: deps controlplane tools testbed-up lan-up image ## The README's test command: all tests with real parts, the LAN's network checks, then make e2e (on the LAN).
 	CI="$${CI:-}" cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...
+	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./cluster/lan/lantest/
 	$(MAKE) --no-print-directory e2e
 
 # End to end on a real control plane (cluster/e2e, docs/e2e.md): etcd, kube-apiserver and
