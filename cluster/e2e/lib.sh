@@ -67,7 +67,7 @@ REGISTRY=127.0.0.1:$REGISTRY_PORT
 LOG_TAG=${LOG_TAG:-e2e}
 # What the Go half reads (cluster/e2e/e2etest/main_test.go, loadConfig); VCPUS, MEM_MIB,
 # GUEST_TIMEOUT, DELETE_TIMEOUT, SKIP_BASELINE and KEEP_ON_FAILURE pass through as they are.
-export E2E_WORK=$WORK E2E_IMAGE=$IMAGE E2E_REPO=$REPO CACHE_DIR PKG_TAG POLL LOG_TAG TOPOLOGY \
+export E2E_WORK=$WORK E2E_IMAGE=$IMAGE E2E_REPO=$REPO E2E_OUT=$OUT CACHE_DIR PKG_TAG POLL LOG_TAG TOPOLOGY \
 	PROVIDER_METRICS_PORT FN_PROXY_PORT FN_AUTOREADY_PORT REGISTRY_PORT IMAGE_PORT ORIGIN_PORT
 
 log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date -u +%H:%M:%S)" "$*"; }
@@ -177,6 +177,11 @@ build_e2etest() {
 	mkdir -p "$OUT"
 	(cd "$REPO" && go test -c -tags e2e -o "$E2E_TEST" ./cluster/e2e/e2etest) ||
 		die "go test -c -tags e2e ./cluster/e2e/e2etest failed"
+	# On the LAN the plain-virsh baseline is cluster/lan/lantest's guest on host-a's bridge.
+	if [[ $TOPOLOGY == lan ]]; then
+		(cd "$REPO" && go test -c -tags lan -o "$OUT/lan.test" ./cluster/lan/lantest) ||
+			die "go test -c -tags lan ./cluster/lan/lantest failed"
+	fi
 }
 
 preflight() {
