@@ -281,14 +281,21 @@ func observe(observed map[resource.Name]resource.ObservedComposed, composesImage
 	if !ok {
 		return st
 	}
-	conds := conditionsOf(d)
-	ready, synced := cond(conds, "Ready"), cond(conds, "Synced")
 	ip, _ := d.Resource.GetString("status.atProvider.ipv4")
 	if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
 		st.ip = a.String()
 	} else {
 		ip = ""
 	}
+	st.phase, st.message = domainPhase(observed, d, ip != "", composesImage)
+	return st
+}
+
+// domainPhase is the phase (and its message) the observed KVMDomain d puts the Proxy in.
+func domainPhase(observed map[resource.Name]resource.ObservedComposed, d resource.ObservedComposed, hasIP, composesImage bool) (phase, message string) {
+	st := state{}
+	conds := conditionsOf(d)
+	ready, synced := cond(conds, "Ready"), cond(conds, "Synced")
 	vmState, _ := d.Resource.GetString("status.atProvider.state")
 	waiting, _ := d.Resource.GetString("status.atProvider.waitingFor")
 	switch {
@@ -316,12 +323,12 @@ func observe(observed map[resource.Name]resource.ObservedComposed, composesImage
 		st.phase = PhaseCreating
 	case vmState == "ShutOff":
 		st.phase, st.message = PhaseStopped, ready.Message
-	case ip != "":
+	case hasIP:
 		st.phase, st.message = PhaseProbing, ready.Message
 	default:
 		st.phase, st.message = PhaseBooting, ready.Message
 	}
-	return st
+	return st.phase, st.message
 }
 
 // unborn says which input this Proxy composes is not Ready yet: "its SeedVolume to be
