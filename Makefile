@@ -133,7 +133,7 @@ test: deps controlplane tools testbed-up lan-up image ## The README's test comma
 E2E_DEPS := deps controlplane tools xpkg image
 
 .PHONY: e2e
-e2e: $(E2E_DEPS) lan-up ## Proxies end to end on two hosts across a LAN: two Proxies, a claim, squid 204 through each guest's LAN address, deletion, timeline (~12 min).
+e2e: $(E2E_DEPS) lan-up ## Proxies end to end on two hosts across a LAN: two Proxies, a claim, squid 204 through each guest's LAN address, deletion, timeline vs plain virsh on the bridge (~11 min).
 	TOPOLOGY=lan cluster/e2e/run.sh
 
 .PHONY: bench-latency
