@@ -161,21 +161,6 @@ func (hs hosts) remove(objs []object) []error {
 	return errs
 }
 
-// domains are the defined domains of every host, as "host/domain".
-func (hs hosts) domains() (map[string]bool, error) {
-	out := map[string]bool{}
-	for _, h := range hs {
-		ds, err := h.domains()
-		if err != nil {
-			return nil, err
-		}
-		for d := range ds {
-			out[h.name+"/"+d] = true
-		}
-	}
-	return out, nil
-}
-
 // local is a path libvirtd gave (under /var/lib/libvirt) as this machine's filesystem shows it.
 func (h *host) local(p string) string {
 	if rest, ok := strings.CutPrefix(p, libvirtLib); ok && h.libDir != "" {
