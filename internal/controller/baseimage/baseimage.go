@@ -119,7 +119,6 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 
 // Cache is what the external client needs of the image cache; *imagecache.Cache is one.
 type Cache interface {
-	Lookup(ctx context.Context, pool string, src imagecache.Source, ownerUID string) (imagecache.Image, error)
 	LookupVolume(ctx context.Context, pool, volume, ownerUID string) (imagecache.Image, error)
 	Publish(ctx context.Context, pool string, src imagecache.Source, owner imagecache.Owner, progress imagecache.ProgressFunc) (imagecache.Result, error)
 	Remove(ctx context.Context, pool, volume, ownerUID string) (imagecache.Removal, error)

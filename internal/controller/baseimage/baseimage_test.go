@@ -21,9 +21,11 @@ import (
 // absentCache is a host where no image is cached.
 type absentCache struct{ Cache }
 
-func (absentCache) Lookup(_ context.Context, pool string, src imagecache.Source, _ string) (imagecache.Image, error) {
-	return imagecache.Image{State: imagecache.StateAbsent, Pool: pool, Volume: imagecache.VolumeName(src)}, nil
+func (absentCache) LookupVolume(_ context.Context, pool, volume, _ string) (imagecache.Image, error) {
+	return imagecache.Image{State: imagecache.StateAbsent, Pool: pool, Volume: volume}, nil
 }
+
+func (absentCache) Owned(context.Context, string, string) ([]imagecache.Image, error) { return nil, nil }
 
 func TestObserveFailedDownload(t *testing.T) {
 	const policy = `{"allow":[{"cidr":"127.0.0.1/32"}]}`
