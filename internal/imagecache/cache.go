@@ -485,6 +485,14 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 	if err != nil {
 		return Result{}, false, err
 	}
+	defer func() {
+		// A failed attempt does not keep the volume's name owned: its debris (if any) is
+		// claimed, and others waiting for this upload take over once this record is gone.
+		// The next attempt adds it again.
+		if err != nil && res.Image.State != StatePublished {
+			c.bestEffortDelete(ctx, pool, OwnerName(vol, owner.UID))
+		}
+	}()
 	defer func() { unlock() }() // unlock is idempotent; it is also called before the upload
 	// What Lookup remembers of this volume is stale once Publish changed it.
 	c.forget(pool, vol, owner.UID)
@@ -542,7 +550,7 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 	unlock()
 
 	start := c.now()
-	res, err = c.upload(ctx, pool, vol, src, owner, progress)
+	res, err = c.upload(ctx, pool, vol, src, asked.SHA256, owner, progress)
 	res.Duration = c.now().Sub(start)
 	if err != nil {
 		// Remove the data volume, then the claim: what cannot be removed
@@ -593,9 +601,10 @@ func (c *Cache) digest(ctx context.Context, src Source) (string, string, error) 
 	return s.sum(), finalURL, nil
 }
 
-// upload downloads src into a new data volume vol, verifies it, refreshes
-// the pool and writes the marker.
-func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner Owner, progress ProgressFunc) (Result, error) { //nolint:gocyclo // verifyUpload holds the decisions; what is left is the steps of the upload, each returning its error
+// upload downloads src into a new data volume vol, verifies it against src.SHA256, refreshes
+// the pool and writes the marker. expected is the digest the BaseImage gave ("" when src.SHA256
+// was computed by a first download): the marker records it, and is Verified only with one.
+func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expected string, owner Owner, progress ProgressFunc) (Result, error) { //nolint:gocyclo // verifyUpload holds the decisions; what is left is the steps of the upload, each returning its error
 	shownURL := redactURL(src.URL)
 	pctx, stalled, cancel := withStall(ctx)
 	defer cancel()
@@ -663,7 +672,7 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner 
 	marker := Record{
 		State: RecordPublished, Volume: vol, Owner: owner,
 		SourceURL: shownURL, FinalURL: finalURL,
-		ExpectedSHA256: src.SHA256, SHA256: sum, Verified: src.SHA256 != "",
+		ExpectedSHA256: expected, SHA256: sum, Verified: expected != "",
 		Format: src.Format, SizeBytes: s.n, VirtualSizeBytes: virtual,
 		Time: c.now().UTC(),
 	}
@@ -954,7 +963,9 @@ func (c *Cache) Owned(ctx context.Context, pool, ownerUID string) ([]Image, erro
 		if err != nil {
 			return nil, err
 		}
-		if img.HasOwn || img.Owner.UID == ownerUID {
+		ownsDebris := img.Claim != nil && img.Claim.Owner.UID == ownerUID
+		legacy := !isDigestName(name) && img.Owner.UID == ownerUID // a volume from before shared images names its one owner
+		if img.HasOwn || ownsDebris || legacy {
 			out = append(out, img)
 		}
 	}

@@ -148,6 +148,12 @@ func IsVolumeName(name string) bool {
 	return (len(h) == legacyHexChars || len(h) == sha256.Size*2) && isLowerHex(h)
 }
 
+// isDigestName is true for a data volume name DigestVolumeName returns (not one of an
+// earlier release).
+func isDigestName(name string) bool {
+	return IsVolumeName(name) && len(name) > len(NamePrefix)+legacyHexChars+len(".img")
+}
+
 // dataVolumeOf returns the data volume a marker, claim, owner record or data volume name
 // belongs to.
 func dataVolumeOf(name string) (string, bool) {
