@@ -174,6 +174,32 @@ func (c *Cache) lookup(ctx context.Context, pool, volume, ownerUID string) (Imag
 	return c.classify(ctx, pool, volume, ownerUID, false)
 }
 
+// settleTries and settlePause bound how often lookupSettled looks again.
+var (
+	settleTries = 4
+	settlePause = 250 * time.Millisecond
+)
+
+// lookupSettled is lookup for Publish and Remove, which refuse data that no record names. The
+// volumes are read one after the other, so a lookup that overlaps another process's step (an
+// upload's claim dropped after its marker was written, a removal deleting the data) can see
+// the data but neither record; such a view is looked at again before anything is decided.
+func (c *Cache) lookupSettled(ctx context.Context, pool, volume, ownerUID string) (Image, error) {
+	for try := 1; ; try++ {
+		img, err := c.lookup(ctx, pool, volume, ownerUID)
+		if err != nil || !img.HasData || img.HasMarker || img.HasClaim || try == settleTries {
+			return img, err
+		}
+		t := time.NewTimer(settlePause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return img, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // observe is lookup for Observe: three calls (the data volume's size, the marker's and the
 // owner record's fingerprints) when the records and the data volume's path are remembered with
 // those fingerprints; otherwise what differs is read. The claim is read only when the marker
@@ -505,7 +531,7 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 	if err != nil {
 		return Result{}, false, err
 	}
-	img, err := c.lookup(ctx, pool, vol, owner.UID)
+	img, err := c.lookupSettled(ctx, pool, vol, owner.UID)
 	if err != nil {
 		return Result{Image: img}, false, err
 	}
@@ -767,7 +793,7 @@ func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) (Remo
 	defer unlock()
 	c.forget(pool, volume, ownerUID)
 	defer c.forget(pool, volume, ownerUID)
-	img, err := c.lookup(ctx, pool, volume, ownerUID)
+	img, err := c.lookupSettled(ctx, pool, volume, ownerUID)
 	if err != nil {
 		return Removal{}, err
 	}
