@@ -949,3 +949,117 @@ func retryTransient(ctx context.Context, t *testing.T, fn func() error) error {
 	}
 	return err
 }
+
+// TestIntegrationInactivePoolKeepsBase: a shut-off domain whose overlay is in a pool that is
+// inactive keeps its base: the removal cannot read that pool, so it keeps the volume and says
+// why; once the pool is active the overlay is seen; once it is gone the base goes.
+func TestIntegrationInactivePoolKeepsBase(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := uniqueQCOW2(t)
+	srv := newImageServer(t, data)
+	e.serve(t, srv)
+	owner := e.owner(t, "cold")
+	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+	res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := res.Image
+
+	// A second dir pool next to the test bed's, with an overlay onto the base.
+	tp, err := e.lv.Pool(ctx, e.tb.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold := uniqueName("cold")
+	poolXML := `<pool type='dir'><name>` + cold + `</name><target><path>` + filepath.Join(filepath.Dir(tp.Path), cold) + `</path></target></pool>`
+	do := func(fn func(l *golibvirt.Libvirt) error) error { return e.tb.conn.Do(context.Background(), fn) }
+	var sp golibvirt.StoragePool
+	if err := do(func(l *golibvirt.Libvirt) error {
+		var err error
+		if sp, err = l.StoragePoolDefineXML(poolXML, 0); err != nil {
+			return err
+		}
+		if err := l.StoragePoolBuild(sp, 0); err != nil {
+			return err
+		}
+		return l.StoragePoolCreate(sp, 0)
+	}); err != nil {
+		t.Fatalf("making pool %s: %v", cold, err)
+	}
+	overlay := uniqueName("overlay") + ".qcow2"
+	dom := uniqueName("dom")
+	t.Cleanup(func() {
+		_ = do(func(l *golibvirt.Libvirt) error {
+			if d, err := l.DomainLookupByName(dom); err == nil {
+				_ = l.DomainUndefine(d)
+			}
+			_ = l.StoragePoolCreate(sp, 0) // to delete the overlay, if it is inactive
+			return nil
+		})
+		_ = e.lv.DeleteVolume(context.Background(), cold, overlay)
+		_ = do(func(l *golibvirt.Libvirt) error {
+			_ = l.StoragePoolDestroy(sp)
+			_ = l.StoragePoolDelete(sp, 0)
+			return l.StoragePoolUndefine(sp)
+		})
+	})
+	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: overlay, Format: libvirt.FormatQCOW2, CapacityBytes: uint64(base.Marker.VirtualSizeBytes), BackingStorePath: base.Path, BackingStoreFormat: libvirt.FormatQCOW2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.lv.CreateVolume(ctx, cold, x); err != nil {
+		t.Fatalf("creating the overlay: %v", err)
+	}
+	// A shut-off domain on the overlay, defined by someone else than the provider.
+	domXML := `<domain type='qemu'><name>` + dom + `</name><memory unit='MiB'>64</memory><os><type arch='x86_64'>hvm</type></os>` +
+		`<devices><disk type='volume' device='disk'><driver name='qemu' type='qcow2'/><source pool='` + cold + `' volume='` + overlay + `'/><target dev='vda' bus='virtio'/></disk></devices></domain>`
+	if err := do(func(l *golibvirt.Libvirt) error { _, err := l.DomainDefineXML(domXML); return err }); err != nil {
+		t.Fatalf("defining a domain: %v", err)
+	}
+	if err := do(func(l *golibvirt.Libvirt) error { return l.StoragePoolDestroy(sp) }); err != nil {
+		t.Fatalf("deactivating pool %s: %v", cold, err)
+	}
+
+	_, err = e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID)
+	var iu *InUseError
+	if !errorsAs(err, &iu) || !strings.Contains(err.Error(), "pool "+cold+" is inactive") || !strings.Contains(err.Error(), "domain "+dom+" disk vda is volume "+cold+"/"+overlay) {
+		t.Fatalf("Remove with the overlay's pool inactive = %v, want the volume kept, naming the inactive pool and the domain's disk", err)
+	}
+	if img, err := e.cache.LookupVolume(ctx, e.tb.pool, base.Volume, owner.UID); err != nil || img.State != StatePublished || img.Own == nil {
+		t.Fatalf("base after a refused Remove: %+v, %v", img, err)
+	}
+
+	if err := do(func(l *golibvirt.Libvirt) error { return l.StoragePoolCreate(sp, 0) }); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID)
+	if !errorsAs(err, &iu) || !slices.Equal(iu.Users, []string{"volume " + cold + "/" + overlay}) || len(iu.Doubts) != 0 {
+		t.Fatalf("Remove with the overlay's pool active = %v, want InUseError naming volume %s/%s", err, cold, overlay)
+	}
+
+	if err := do(func(l *golibvirt.Libvirt) error {
+		d, err := l.DomainLookupByName(dom)
+		if err != nil {
+			return err
+		}
+		return l.DomainUndefine(d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.lv.DeleteVolume(ctx, cold, overlay); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(func(l *golibvirt.Libvirt) error {
+		_ = l.StoragePoolDestroy(sp)
+		_ = l.StoragePoolDelete(sp, 0)
+		return l.StoragePoolUndefine(sp)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID); err != nil {
+		t.Fatalf("Remove once nothing uses the base: %v", err)
+	}
+	e.requireAbsent(t, ctx, src)
+}
