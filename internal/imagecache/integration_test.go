@@ -20,8 +20,10 @@ import (
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 const testVirtualSize = 96 << 20
@@ -1062,4 +1064,60 @@ func TestIntegrationInactivePoolKeepsBase(t *testing.T) {
 		t.Fatalf("Remove once nothing uses the base: %v", err)
 	}
 	e.requireAbsent(t, ctx, src)
+}
+
+// TestIntegrationObserveCost: a steady-state Observe of an image shared by two owners costs at
+// most three libvirt calls and opens no connection (the data volume's size, the marker's and
+// the owner record's fingerprints).
+func TestIntegrationObserveCost(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := uniqueQCOW2(t)
+	srv := newImageServer(t, data)
+	e.serve(t, srv)
+	a, b := e.owner(t, "a"), e.owner(t, "b")
+	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+	for _, o := range []Owner{a, b} {
+		if _, err := e.cache.Publish(ctx, e.tb.pool, src, o, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kind := uniqueName("kind")
+	kctx := metrics.WithKind(ctx, kind)
+	count := func() (calls, conns float64) {
+		t.Helper()
+		mfs, err := ctrlmetrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch mf.GetName() {
+				case metrics.CallsName:
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "kind" && l.GetValue() == kind {
+							calls += m.GetCounter().GetValue()
+						}
+					}
+				case metrics.ConnectionsName:
+					conns += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return calls, conns
+	}
+	vol := VolumeName(src)
+	if _, err := e.cache.LookupVolume(kctx, e.tb.pool, vol, b.UID); err != nil { // remembers the records
+		t.Fatal(err)
+	}
+	calls0, conns0 := count()
+	img, err := e.cache.LookupVolume(kctx, e.tb.pool, vol, b.UID)
+	if err != nil || img.State != StatePublished || img.Own == nil {
+		t.Fatalf("LookupVolume = %+v, %v", img, err)
+	}
+	calls1, conns1 := count()
+	t.Logf("steady-state LookupVolume: %.0f libvirt calls, %.0f connections opened", calls1-calls0, conns1-conns0)
+	if calls1-calls0 > 3 || conns1 != conns0 {
+		t.Errorf("a steady-state LookupVolume made %.0f libvirt calls and opened %.0f connections, want at most 3 and none", calls1-calls0, conns1-conns0)
+	}
 }
