@@ -150,6 +150,7 @@ const (
 	errWait         = "gave up waiting for another BaseImage's upload of this image into volume %s"
 	errOtherDigest  = "volume %s in pool %s is marked as holding sha256 %s (%s), not %s (%s): it is never used for this image"
 )
+
 // Lookup returns what pool holds for src, which must have a SHA256 (VolumeName). With a
 // non-empty ownerUID it also reads that BaseImage's owner record (Image.Own).
 func (c *Cache) Lookup(ctx context.Context, pool string, src Source, ownerUID string) (Image, error) {

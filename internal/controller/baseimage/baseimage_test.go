@@ -25,7 +25,9 @@ func (absentCache) LookupVolume(_ context.Context, pool, volume, _ string) (imag
 	return imagecache.Image{State: imagecache.StateAbsent, Pool: pool, Volume: volume}, nil
 }
 
-func (absentCache) Owned(context.Context, string, string) ([]imagecache.Image, error) { return nil, nil }
+func (absentCache) Owned(context.Context, string, string) ([]imagecache.Image, error) {
+	return nil, nil
+}
 
 func TestObserveFailedDownload(t *testing.T) {
 	const policy = `{"allow":[{"cidr":"127.0.0.1/32"}]}`

@@ -249,7 +249,9 @@ func TestObserve(t *testing.T) {
 			reason: "a data volume of the digest's name that no record names is refused",
 			cr:     image(),
 			cache: func(t *testing.T) *fakeCache {
-				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) { return imagecache.Image{State: imagecache.StateDebris}, nil }}
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
+					return imagecache.Image{State: imagecache.StateDebris}, nil
+				}}
 			},
 			job: func(e *external) {
 				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
@@ -502,7 +504,9 @@ func TestDelete(t *testing.T) {
 		},
 		"SharedKept": {
 			reason: "a volume other BaseImages own: only this one's owner record goes", owned: []imagecache.Image{published()},
-			remove:   func(string, string) (imagecache.Removal, error) { return imagecache.Removal{Kept: true, Owners: 2}, nil },
+			remove: func(string, string) (imagecache.Removal, error) {
+				return imagecache.Removal{Kept: true, Owners: 2}, nil
+			},
 			wantGone: []string{"default/" + volume},
 		},
 		"OwnedByOther": {

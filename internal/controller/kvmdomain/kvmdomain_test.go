@@ -385,7 +385,9 @@ func TestCreate(t *testing.T) {
 		"BaseUnpublished": {
 			reason: "a base whose marker is gone (being removed) gets no overlay",
 			base:   base(baseVol, "/pool/default/"+baseVol),
-			host:   []hostSetup{func(_ *testing.T, h *fakeHost) { _ = h.DeleteVolume(context.Background(), pool, imagecache.MarkerName(baseVol)) }},
+			host: []hostSetup{func(_ *testing.T, h *fakeHost) {
+				_ = h.DeleteVolume(context.Background(), pool, imagecache.MarkerName(baseVol))
+			}},
 			errSub: "is not published on the host",
 		},
 		"UnpublishedWhileCreating": {
