@@ -975,6 +975,10 @@ func (c *Cache) Owned(ctx context.Context, pool, ownerUID string) ([]Image, erro
 	if err != nil {
 		return nil, err
 	}
+	present := make(map[string]bool, len(names))
+	for _, n := range names {
+		present[n] = true
+	}
 	done := map[string]bool{}
 	var out []Image
 	for _, n := range names {
@@ -982,10 +986,10 @@ func (c *Cache) Owned(ctx context.Context, pool, ownerUID string) ([]Image, erro
 		if !ok || done[name] {
 			continue
 		}
-		if _, isOwner := ownerRecordOf(n); isOwner && n != OwnerName(name, ownerUID) {
-			continue // another's owner record says nothing of ours
-		}
 		done[name] = true
+		if isDigestName(name) && !present[OwnerName(name, ownerUID)] && !present[ClaimName(name)] {
+			continue // neither an owner record of ours nor a claim that could be ours: no need to read
+		}
 		img, err := c.lookup(ctx, pool, name, ownerUID)
 		if err != nil {
 			return nil, err

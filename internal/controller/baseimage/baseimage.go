@@ -263,7 +263,8 @@ func attached(img imagecache.Image, src imagecache.Source) bool {
 // volumeFor is the volume to observe for src: the digest's for a pinned source; for an
 // unpinned one, the volume the last publish job for this source found, else the one in
 // status (whose owner record tells whether it was published for this source), else the one
-// whose owner record names this BaseImage and source (status was lost). "" when there is none.
+// whose owner record names this BaseImage and source (status was lost; searched only when no
+// job for the source is known, as after a restart). "" when there is none.
 func (e *external) volumeFor(ctx context.Context, cr *v1alpha1.BaseImage, pool string, src imagecache.Source, j *job) (string, error) {
 	if v := imagecache.VolumeName(src); v != "" {
 		return v, nil
@@ -273,6 +274,9 @@ func (e *external) volumeFor(ctx context.Context, cr *v1alpha1.BaseImage, pool s
 	}
 	if at := cr.Status.AtProvider; at.VolumeName != "" && at.Pool == pool && imagecache.IsVolumeName(at.VolumeName) {
 		return at.VolumeName, nil
+	}
+	if j != nil {
+		return "", nil // a job for this source runs or failed: it tells, not a search of the pool
 	}
 	owned, err := e.cache.Owned(ctx, pool, string(cr.GetUID()))
 	if err != nil {
