@@ -355,14 +355,14 @@ type publishPlan struct {
 // is gone is debris anyone may clean. Data that no record names is refused (we write the claim
 // before the data and drop it only after the marker, so such data was never ours).
 func planPublish(img Image, owner Owner, src Source, live map[string]bool) (publishPlan, error) {
+	ourClaim := img.HasClaim && img.Claim != nil && img.Claim.Owner.UID == owner.UID && img.Claim.State == RecordClaimed
 	if img.State == StatePublished {
 		if img.Marker.SHA256 != src.SHA256 || img.Marker.Format != src.Format.orDefault() {
 			return publishPlan{}, errors.Errorf(errOtherDigest, img.Volume, img.Pool, img.Marker.SHA256, img.Marker.Format, src.SHA256, src.Format.orDefault())
 		}
-		ours := img.HasClaim && img.Claim != nil && img.Claim.Owner.UID == owner.UID && img.Claim.State == RecordClaimed
-		return publishPlan{Reuse: true, DropClaim: ours}, nil
+		return publishPlan{Reuse: true, DropClaim: ourClaim}, nil
 	}
-	if img.HasClaim && img.Claim != nil && img.Claim.Owner.UID != owner.UID && live[img.Claim.Owner.UID] {
+	if img.Claim != nil && img.Claim.Owner.UID != owner.UID && live[img.Claim.Owner.UID] {
 		return publishPlan{Wait: true}, nil
 	}
 	if img.HasData && img.Owner.UID == "" && !img.HasClaim {
@@ -377,11 +377,10 @@ func planPublish(img Image, owner Owner, src Source, live map[string]bool) (publ
 	if img.HasData {
 		p.Delete = append(p.Delete, img.Volume)
 	}
-	keepClaim := img.HasClaim && img.Claim != nil && img.Claim.Owner.UID == owner.UID && img.Claim.State == RecordClaimed
-	if img.HasClaim && !keepClaim {
+	if img.HasClaim && !ourClaim {
 		p.Delete = append(p.Delete, ClaimName(img.Volume))
 	}
-	p.WriteClaim = !keepClaim
+	p.WriteClaim = !ourClaim
 	return p, nil
 }
 
@@ -918,9 +917,33 @@ func (u Usage) InUse() bool { return len(u.Users) > 0 || len(u.Doubts) > 0 }
 // read, a disk that is a volume it cannot resolve, a qcow2 (or unknown format) disk outside
 // every active pool whose backing chain libvirt does not show (a shut-off domain's).
 func (c *Cache) Users(ctx context.Context, basePath string) (Usage, error) {
-	pools, err := c.lv.AllPools(ctx)
+	u, inPool, err := c.poolUsers(ctx, basePath)
+	if err != nil {
+		return Usage{}, err
+	}
+	disks, err := c.lv.DomainDisks(ctx)
 	if err != nil {
 		return Usage{}, errors.Wrapf(err, errUsers, basePath)
+	}
+	for _, d := range disks {
+		if d.Path == basePath {
+			u.Users = append(u.Users, "domain "+d.Domain+" disk "+d.Target)
+		} else if doubt := diskDoubt(d, inPool); doubt != "" {
+			u.Doubts = append(u.Doubts, doubt)
+		}
+	}
+	sort.Strings(u.Users)
+	sort.Strings(u.Doubts)
+	u.Users, u.Doubts = slices.Compact(u.Users), slices.Compact(u.Doubts)
+	return u, nil
+}
+
+// poolUsers lists the volumes of every pool that back onto basePath, the doubts of pools it
+// cannot read, and the paths of every volume it read.
+func (c *Cache) poolUsers(ctx context.Context, basePath string) (Usage, map[string]bool, error) {
+	pools, err := c.lv.AllPools(ctx)
+	if err != nil {
+		return Usage{}, nil, errors.Wrapf(err, errUsers, basePath)
 	}
 	var u Usage
 	inPool := map[string]bool{}
@@ -944,26 +967,23 @@ func (c *Cache) Users(ctx context.Context, basePath string) (Usage, error) {
 			}
 		}
 	}
-	disks, err := c.lv.DomainDisks(ctx)
-	if err != nil {
-		return Usage{}, errors.Wrapf(err, errUsers, basePath)
+	return u, inPool, nil
+}
+
+// diskDoubt says why a domain disk (not the base itself) might back onto the base without
+// anyone being able to tell, or "" when it cannot: its chain is listed (a running domain's),
+// it is a volume of a pool that was read (its backing store was checked there), or it cannot
+// have a backing file (cdrom, floppy, raw).
+func diskDoubt(d libvirt.DomainDisk, inPool map[string]bool) string {
+	switch {
+	case d.Backing || d.ChainKnown || d.Device == "cdrom" || d.Device == "floppy" || d.Format == "raw":
+		return ""
+	case d.Path == "":
+		return "domain " + d.Domain + " disk " + d.Target + " is volume " + d.Pool + "/" + d.Volume + ", which cannot be read"
+	case !inPool[d.Path]:
+		return "domain " + d.Domain + " disk " + d.Target + " is " + d.Path + ", which is in no active pool, and libvirt shows no backing chain for it while the domain is not running"
 	}
-	for _, d := range disks {
-		switch {
-		case d.Path == basePath:
-			u.Users = append(u.Users, "domain "+d.Domain+" disk "+d.Target)
-		case d.Backing || d.ChainKnown || d.Device == "cdrom" || d.Device == "floppy" || d.Format == "raw":
-			// The chain is listed (a running domain's), or the disk cannot back onto anything.
-		case d.Path == "":
-			u.Doubts = append(u.Doubts, "domain "+d.Domain+" disk "+d.Target+" is volume "+d.Pool+"/"+d.Volume+", which cannot be read")
-		case !inPool[d.Path]:
-			u.Doubts = append(u.Doubts, "domain "+d.Domain+" disk "+d.Target+" is "+d.Path+", which is in no active pool, and libvirt shows no backing chain for it while the domain is not running")
-		}
-	}
-	sort.Strings(u.Users)
-	sort.Strings(u.Doubts)
-	u.Users, u.Doubts = slices.Compact(u.Users), slices.Compact(u.Doubts)
-	return u, nil
+	return ""
 }
 
 // Owned lists the BaseImage volumes of pool that ownerUID has an owner record on, and those

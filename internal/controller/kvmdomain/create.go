@@ -45,10 +45,15 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target
 	if !imagecache.IsVolumeName(bv) {
 		return errors.Errorf(errNotABase, base.GetName(), bv)
 	}
-	// The removal of an unused base takes the same lock between its check for overlays and
-	// its delete, so no overlay of this process appears in between. Another process's removal
-	// unpublishes (deletes the marker) before its last check: the marker is looked at again
-	// once the overlay exists, and an overlay onto a base going away is deleted again.
+	return e.createOverlay(ctx, t, bp, bv, capacity, format)
+}
+
+// createOverlay creates the overlay onto the base volume bv of pool bp. The removal of an unused
+// base takes the same lock between its check for overlays and its delete, so no overlay of
+// this process appears in between. Another process's removal unpublishes (deletes the marker)
+// before its last check: the marker is looked at again once the overlay exists, and an overlay
+// onto a base going away is deleted again (nothing booted from it yet).
+func (e *external) createOverlay(ctx context.Context, t target, bp, bv string, capacity uint64, format string) error {
 	unlock, err := libvirt.LockBases(ctx, e.host, bp)
 	if err != nil {
 		return errors.Wrap(err, errOverlay)
@@ -73,10 +78,8 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target
 		return errors.Wrap(err, errOverlay)
 	}
 	if _, err := e.lv.VolumeInfo(ctx, bp, imagecache.MarkerName(bv)); err != nil {
-		// Unpublished meanwhile: the base is being removed. Take the overlay back (nothing
-		// booted from it yet); the next attempt finds the base again once it is published.
 		if derr := e.lv.DeleteVolume(ctx, t.pool, t.overlay); derr != nil {
-			return errors.Wrapf(derr, errOverlay+": the base image %s is being removed, and the overlay onto it cannot be deleted", bv)
+			return errors.Wrapf(derr, errOverlay+": the base image volume %s is being removed, and the overlay onto it cannot be deleted", bv)
 		}
 		return errors.Wrapf(err, errBaseGone, bv)
 	}
