@@ -368,8 +368,12 @@ func planPublish(img Image, owner Owner, src Source, live map[string]bool) (publ
 	if img.HasData && img.Owner.UID == "" && !img.HasClaim {
 		return publishPlan{}, &OwnedByOtherError{Pool: img.Pool, Volume: img.Volume}
 	}
-	// Debris (ours, or of owners that are gone, or torn records) or nothing: start clean,
-	// keeping our own claim.
+	return planClean(img, ourClaim), nil
+}
+
+// planClean is the plan for debris (ours, of owners that are gone, torn records) or nothing:
+// start clean, keeping our own claim.
+func planClean(img Image, ourClaim bool) publishPlan {
 	p := publishPlan{CheckUsers: img.HasData}
 	if img.HasMarker {
 		p.Delete = append(p.Delete, MarkerName(img.Volume))
@@ -381,7 +385,7 @@ func planPublish(img Image, owner Owner, src Source, live map[string]bool) (publ
 		p.Delete = append(p.Delete, ClaimName(img.Volume))
 	}
 	p.WriteClaim = !ourClaim
-	return p, nil
+	return p
 }
 
 // uploaded is what an upload wrote, for verifyUpload.
