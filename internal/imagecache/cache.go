@@ -519,6 +519,7 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 		// A failed attempt does not keep the volume's name owned: its debris (if any) is
 		// claimed, and others waiting for this upload take over once this record is gone.
 		// The next attempt adds it again.
+		// (The controller starts a BaseImage's next attempt only after a cancelled one ended.)
 		if err != nil && res.Image.State != StatePublished {
 			c.bestEffortDelete(ctx, pool, OwnerName(vol, owner.UID))
 		}
