@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -825,13 +826,13 @@ func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) (Remo
 		return Removal{}, nil
 	}
 	if !img.HasOwn {
-		// Not an owner: a volume from before shared images (its marker names its one owner),
-		// or one whose owners are all gone.
+		// Not an owner: a volume whose owners are all gone (anyone may remove it once unused:
+		// Sweep does), or one from before shared images, whose marker names its one owner.
 		if img.HasData && img.Owner.UID == "" {
 			// No record names anyone: not made by us, never ours to delete.
 			return Removal{}, &OwnedByOtherError{Pool: pool, Volume: volume}
 		}
-		if img.Owner.UID != "" && img.Owner.UID != ownerUID {
+		if !isDigestName(volume) && img.Owner.UID != ownerUID {
 			alive := true
 			if c.alive != nil {
 				if alive, err = c.alive(ctx, img.Owner.UID); err != nil {
@@ -860,7 +861,11 @@ func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) (Remo
 		return Removal{}, err
 	}
 	if !img.HasClaim {
-		claim := Record{State: RecordRemoving, Volume: volume, Owner: Owner{UID: ownerUID}, Time: c.now().UTC()}
+		remover := Owner{UID: ownerUID}
+		if ownerUID == "" {
+			remover.UID = sweeperUID // a record must name someone
+		}
+		claim := Record{State: RecordRemoving, Volume: volume, Owner: remover, Time: c.now().UTC()}
 		if img.Marker != nil {
 			claim.SourceURL, claim.Format = img.Marker.SourceURL, img.Marker.Format
 		}
@@ -901,6 +906,46 @@ func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) (Remo
 		}
 	}
 	return Removal{}, nil
+}
+
+// sweeperUID names Sweep in the removal claims it writes: no BaseImage has it.
+const sweeperUID = "provider-kvm-sweep"
+
+// Sweep deletes the stale owner records (see WithLiveness) of every shared volume of pool, and
+// removes each volume left without an owner once nothing uses it, as its last owner's Remove
+// would: a volume whose owners all vanished without a Remove (deleted without their finalizer,
+// or a cluster restored from a backup whose BaseImages were not recreated) does not stay
+// forever. It returns the volumes it removed and, per volume it kept, why. Without a Liveness
+// it does nothing.
+func (c *Cache) Sweep(ctx context.Context, pool string) (removed []string, kept map[string]error, err error) {
+	if c.alive == nil {
+		return nil, nil, nil
+	}
+	names, err := c.lv.VolumeNames(ctx, pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	vols := map[string]bool{}
+	for _, n := range names {
+		if v, ok := dataVolumeOf(n); ok && isDigestName(v) {
+			vols[v] = true
+		}
+	}
+	for _, v := range slices.Sorted(maps.Keys(vols)) {
+		r, err := c.Remove(ctx, pool, v, "")
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return removed, kept, err
+		case err != nil:
+			if kept == nil {
+				kept = map[string]error{}
+			}
+			kept[v] = err
+		case !r.Kept:
+			removed = append(removed, v)
+		}
+	}
+	return removed, kept, nil
 }
 
 // Usage is what Users found of a base volume's users.

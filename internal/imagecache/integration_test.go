@@ -1121,3 +1121,31 @@ func TestIntegrationObserveCost(t *testing.T) {
 		t.Errorf("a steady-state LookupVolume made %.0f libvirt calls and opened %.0f connections, want at most 3 and none", calls1-calls0, conns1-conns0)
 	}
 }
+
+// TestIntegrationSweep: a volume whose only owner vanished from the cluster without a Remove
+// is removed by a sweep; one with a live owner is kept with its record.
+func TestIntegrationSweep(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	x, y := uniqueQCOW2(t), uniqueQCOW2(t)
+	srvX, srvY := newImageServer(t, x), newImageServer(t, y)
+	e.dl = downloadsFor(t, allowServers(t, srvX.Server, srvY.Server))
+	e.cache = New(e.lv, e.dl)
+	gone, live := e.owner(t, "gone"), e.owner(t, "live")
+	srcX, srcY := Source{URL: srvX.URL + "/img", SHA256: sha(x)}, Source{URL: srvY.URL + "/img", SHA256: sha(y)}
+	if _, err := e.cache.Publish(ctx, e.tb.pool, srcX, gone, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cache.Publish(ctx, e.tb.pool, srcY, live, nil); err != nil {
+		t.Fatal(err)
+	}
+	alive := func(_ context.Context, uid string) (bool, error) { return uid != gone.UID, nil }
+	removed, kept, err := New(e.lv, e.dl, WithLiveness(alive)).Sweep(ctx, e.tb.pool)
+	if err != nil || !slices.Contains(removed, VolumeName(srcX)) || slices.Contains(removed, VolumeName(srcY)) {
+		t.Fatalf("Sweep = removed %v, kept %v, %v; want %s removed and %s kept", removed, kept, err, VolumeName(srcX), VolumeName(srcY))
+	}
+	e.requireAbsent(t, ctx, srcX)
+	if got := e.ownerRecords(t, ctx, VolumeName(srcY)); !slices.Equal(got, []string{OwnerName(VolumeName(srcY), live.UID)}) {
+		t.Fatalf("owner records of the live owner's volume = %v", got)
+	}
+}

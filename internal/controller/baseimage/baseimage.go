@@ -123,6 +123,7 @@ type Cache interface {
 	Publish(ctx context.Context, pool string, src imagecache.Source, owner imagecache.Owner, progress imagecache.ProgressFunc) (imagecache.Result, error)
 	Remove(ctx context.Context, pool, volume, ownerUID string) (imagecache.Removal, error)
 	Owned(ctx context.Context, pool, ownerUID string) ([]imagecache.Image, error)
+	Sweep(ctx context.Context, pool string) (removed []string, kept map[string]error, err error)
 }
 
 type connector struct {
@@ -513,7 +514,22 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.BaseImage) (managed.
 	if len(held) > 0 {
 		return managed.ExternalDelete{}, errors.Errorf(errHeld, strings.Join(held, "; "))
 	}
+	e.sweep(ctx, cr, pool)
 	return managed.ExternalDelete{}, nil
+}
+
+// sweep cleans the pool of owner records of BaseImages gone from the cluster, and of volumes
+// they leave without owners and unused, so that nothing waits for a BaseImage that will never
+// be deleted (lost with its cluster, or deleted without its finalizer). It is best effort: a
+// deletion does not wait for it, and what it cannot do is tried at the next one.
+func (e *external) sweep(ctx context.Context, cr *v1alpha1.BaseImage, pool string) {
+	removed, _, err := e.cache.Sweep(ctx, pool)
+	if err != nil {
+		e.recorder.Event(cr, event.Warning(reasonShared, errors.Wrapf(err, "cannot clean up stale owner records in pool %s", pool)))
+	}
+	if len(removed) > 0 {
+		e.recorder.Event(cr, event.Normal(reasonShared, fmt.Sprintf("Removed %d cached image volume(s) of pool %s that no BaseImage owns any more", len(removed), pool)))
+	}
 }
 
 func (e *external) Disconnect(context.Context) error { return nil }

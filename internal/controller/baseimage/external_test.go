@@ -28,6 +28,7 @@ type fakeCache struct {
 	remove       func(pool, volume string) (imagecache.Removal, error)
 	owned        func(pool string) ([]imagecache.Image, error)
 	removed      []string
+	swept        int
 }
 
 func (f *fakeCache) LookupVolume(_ context.Context, pool, volume, _ string) (imagecache.Image, error) {
@@ -57,6 +58,10 @@ func (f *fakeCache) Remove(_ context.Context, pool, volume, _ string) (imagecach
 // removes is a remove func that returns err (nil: the volume went).
 func removes(err error) func(string, string) (imagecache.Removal, error) {
 	return func(string, string) (imagecache.Removal, error) { return imagecache.Removal{}, err }
+}
+func (f *fakeCache) Sweep(context.Context, string) ([]string, map[string]error, error) {
+	f.swept++
+	return nil, nil, nil
 }
 func (f *fakeCache) Owned(_ context.Context, pool, _ string) ([]imagecache.Image, error) {
 	if f.owned == nil {
@@ -535,6 +540,10 @@ func TestDelete(t *testing.T) {
 			}
 			if diff := cmp.Diff([]any{tc.wantErr, tc.wantGone}, []any{gotErr, gone}); diff != "" {
 				t.Errorf("%s\nDelete(): -want, +got:\n%s", tc.reason, diff)
+			}
+			// The pool is swept of stale owners once this BaseImage is detached from everything.
+			if wantSwept := tc.wantErr == ""; (c.swept == 1) != wantSwept {
+				t.Errorf("%s\nDelete() swept the pool %d times, want it swept: %v", tc.reason, c.swept, wantSwept)
 			}
 		})
 	}
