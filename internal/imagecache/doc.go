@@ -63,6 +63,9 @@
 // Publish and Remove delete the owner records of UIDs gone from the cluster: a BaseImage
 // deleted without its finalizer, or every BaseImage of a cluster restored from a backup, whose
 // new UIDs attach again. A record still torn after a second is its dead writer's debris.
+// Sweep does the same for every shared volume of a pool (the controller runs it when a
+// BaseImage is deleted) and removes those left without owners once unused. A host's pools
+// must therefore serve one management cluster: another cluster's UIDs look stale.
 //
 // # Removal
 //
