@@ -31,6 +31,7 @@ func BenchmarkUploadThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	srv := newImageServer(b, data)
+	sum := sha(data)
 	cache := New(lv, downloadsFor(b, allowServers(b, srv.Server)))
 	owner := Owner{UID: uniqueName("bench"), Namespace: "bench", Name: "throughput"}
 	ctx := ctxT(b, 30*time.Minute)
@@ -56,13 +57,13 @@ func BenchmarkUploadThroughput(b *testing.B) {
 	var pub, ssh, ssh2 float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		src := Source{URL: srv.URL + "/img?bench=" + strconv.Itoa(i) + "-" + owner.UID, Format: FormatRaw}
+		src := Source{URL: srv.URL + "/img?bench=" + strconv.Itoa(i) + "-" + owner.UID, SHA256: sum, Format: FormatRaw}
 		res, err := cache.Publish(ctx, tb.pool, src, owner, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
 		pub += res.BytesPerSecond() / 1e6
-		if err := cache.Remove(ctx, tb.pool, res.Image.Volume, owner.UID); err != nil {
+		if _, err := cache.Remove(ctx, tb.pool, res.Image.Volume, owner.UID); err != nil {
 			b.Fatal(err)
 		}
 		ssh += virsh("libssh")

@@ -3,11 +3,12 @@ package imagecache
 import (
 	"bytes"
 	"context"
+	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -18,6 +19,10 @@ import (
 // cleanupTimeout bounds removing debris after a failed publish, which runs
 // even when the caller's context has ended.
 const cleanupTimeout = 30 * time.Second
+
+// waitPoll is how often Publish looks again while another BaseImage uploads the image it
+// asks for.
+var waitPoll = 2 * time.Second
 
 // State of a BaseImage volume on the host.
 type State string
@@ -30,7 +35,8 @@ const (
 	StatePublished State = "Published"
 	// StateDebris: something exists but the volume is not published: an
 	// upload in progress or cut, a removal cut half-way, a torn marker.
-	// Debris is never usable; its owner's next Publish removes it.
+	// Debris is never usable; the next Publish of the image removes it once no
+	// live owner claims it.
 	StateDebris State = "Debris"
 )
 
@@ -41,29 +47,37 @@ type Image struct {
 	Volume string
 	// Path of the data volume on the host, when it exists.
 	Path string
-	// Owner named by the marker, else by the claim; zero when no record
-	// could be read.
+	// Owner is the BaseImage that published the volume (named by the marker), else the one
+	// that claimed it (named by the claim); zero when no record could be read. With shared
+	// images it is one of possibly many owners, and may be of another namespace: never show
+	// it to a BaseImage.
 	Owner Owner
 	// Marker is the record of the .meta volume, if one could be parsed.
 	// For a Published image it holds the digest, sizes and source.
 	Marker *Record
 	// Claim is the record of the .claim volume, if one could be parsed.
 	Claim *Record
+	// Own is the owner record (OwnerName) of the UID the lookup was asked about, when it
+	// exists and is valid. HasOwn tells whether the record volume exists at all.
+	Own *Record
 	// Reason says why an image is Debris.
 	Reason string
 
-	HasData, HasMarker, HasClaim bool
+	HasData, HasMarker, HasClaim, HasOwn bool
 }
 
 // Result of a Publish.
 type Result struct {
 	Image Image
 	// Reused is true when the image was already published: nothing was
-	// downloaded.
+	// uploaded. The image's owner record was added.
 	Reused bool
 	// Bytes uploaded and how long downloading and uploading took.
 	Bytes    int64
 	Duration time.Duration
+	// FinalURL is where the bytes came from after redirects, when this Publish downloaded
+	// them (without password).
+	FinalURL string
 }
 
 // BytesPerSecond is the throughput of the upload, 0 if nothing was uploaded.
@@ -74,12 +88,18 @@ func (r Result) BytesPerSecond() float64 {
 	return float64(r.Bytes) / r.Duration.Seconds()
 }
 
+// Liveness tells whether the BaseImage with uid still exists in the cluster. Owner records
+// of UIDs it denies are stale: Publish and Remove delete them. It must not deny a UID on
+// stale knowledge (ask the API server, not a cache that may lag behind).
+type Liveness func(ctx context.Context, uid string) (bool, error)
+
 // Cache publishes, looks up and removes BaseImage volumes on one host.
 type Cache struct {
-	lv   *libvirt.Client
-	dl   Downloads
-	http *http.Client
-	now  func() time.Time
+	lv    *libvirt.Client
+	dl    Downloads
+	http  *http.Client
+	now   func() time.Time
+	alive Liveness
 }
 
 // An Option configures a Cache.
@@ -87,6 +107,10 @@ type Option func(*Cache)
 
 // WithClock sets the clock used for record times and durations.
 func WithClock(now func() time.Time) Option { return func(c *Cache) { c.now = now } }
+
+// WithLiveness lets the Cache delete owner records of BaseImages that no longer exist.
+// Without it, no other owner's record is ever deleted.
+func WithLiveness(l Liveness) Option { return func(c *Cache) { c.alive = l } }
 
 // New returns a Cache that reaches the host through lv and downloads what dl
 // allows, within its limits: every URL, redirect and dialed address is
@@ -101,19 +125,11 @@ func New(lv *libvirt.Client, dl Downloads, opts ...Option) *Cache {
 	return c
 }
 
-// volumeLocks serializes Publish and Remove of one volume within the
-// process, e.g. a new reconcile and a cancelled one still aborting.
-var volumeLocks sync.Map // string -> chan struct{}
-
-func (c *Cache) lock(ctx context.Context, pool, volume string) (func(), error) {
-	v, _ := volumeLocks.LoadOrStore(c.lv.Address()+"\x00"+pool+"\x00"+volume, make(chan struct{}, 1))
-	ch := v.(chan struct{}) //nolint:forcetypeassert // only chans are stored
-	select {
-	case ch <- struct{}{}:
-		return sync.OnceFunc(func() { <-ch }), nil
-	case <-ctx.Done():
-		return nil, errors.Wrapf(ctx.Err(), "gave up waiting for another operation on volume %s", volume)
-	}
+// lock takes the base-volume lock of pool (libvirt.LockBases), which the KVMDomain
+// controller takes too before it creates an overlay: within the process, no overlay appears
+// between a removal's check for users and its delete.
+func (c *Cache) lock(ctx context.Context, pool string) (func(), error) {
+	return libvirt.LockBases(ctx, c.lv.Address(), pool)
 }
 
 const (
@@ -130,43 +146,71 @@ const (
 	errUsers        = "cannot find the users of %s"
 	errCleanDebris  = "cannot remove debris of volume %s in pool %s"
 	errRemove       = "cannot remove volume %s from pool %s"
+	errNoName       = "an image without sha256 has no volume name before its bytes are hashed"
+	errOwnerRecord  = "cannot record the owner of volume %s in pool %s"
+	errWait         = "gave up waiting for another BaseImage's upload of this image into volume %s"
+	errOtherDigest  = "volume %s in pool %s is marked as holding sha256 %s (%s), not %s (%s): it is never used for this image"
 )
 
-// Lookup returns what pool holds for src. With a non-empty ownerUID it
-// fails with IsOwnedByOther (and still returns the Image) when the volume
-// belongs to another owner.
+// Lookup returns what pool holds for src, which must have a SHA256 (VolumeName). With a
+// non-empty ownerUID it also reads that BaseImage's owner record (Image.Own).
 func (c *Cache) Lookup(ctx context.Context, pool string, src Source, ownerUID string) (Image, error) {
-	return c.LookupVolume(ctx, pool, VolumeName(src), ownerUID)
+	vol := VolumeName(Source{SHA256: src.SHA256, Format: src.Format.orDefault()})
+	if vol == "" {
+		return Image{Pool: pool}, errors.New(errNoName)
+	}
+	return c.LookupVolume(ctx, pool, vol, ownerUID)
 }
 
-// LookupVolume is Lookup by data volume name, e.g. the name recorded in a
-// BaseImage's status.
+// LookupVolume is Lookup by data volume name, e.g. the name recorded in a BaseImage's status.
+// In the steady state (a published volume whose records are remembered) it costs three libvirt
+// calls: the data volume's size, the marker's and the owner record's fingerprints.
 func (c *Cache) LookupVolume(ctx context.Context, pool, volume, ownerUID string) (Image, error) {
-	img, err := c.observe(ctx, pool, volume)
-	if err != nil {
-		return img, err
-	}
-	if ownerUID != "" {
-		return img, checkOwner(img, ownerUID)
-	}
-	return img, nil
+	return c.observe(ctx, pool, volume, ownerUID)
 }
 
-// lookup reads the state of volume: three volume lookups, at most two
+// lookup reads the state of volume: four volume lookups, at most three
 // record downloads of a few hundred bytes and one stat. It trusts nothing remembered: what
 // writes and deletes rely on.
-func (c *Cache) lookup(ctx context.Context, pool, volume string) (Image, error) {
-	return c.classify(ctx, pool, volume, false)
+func (c *Cache) lookup(ctx context.Context, pool, volume, ownerUID string) (Image, error) {
+	return c.classify(ctx, pool, volume, ownerUID, false)
+}
+
+// settleTries and settlePause bound how often lookupSettled looks again.
+var (
+	settleTries = 4
+	settlePause = 250 * time.Millisecond
+)
+
+// lookupSettled is lookup for Publish and Remove, which refuse data that no record names. The
+// volumes are read one after the other, so a lookup that overlaps another process's step (an
+// upload's claim dropped after its marker was written, a removal deleting the data) can see
+// the data but neither record; such a view is looked at again before anything is decided.
+func (c *Cache) lookupSettled(ctx context.Context, pool, volume, ownerUID string) (Image, error) {
+	for try := 1; ; try++ {
+		img, err := c.lookup(ctx, pool, volume, ownerUID)
+		if err != nil || !img.HasData || img.HasMarker || img.HasClaim || try == settleTries {
+			return img, err
+		}
+		t := time.NewTimer(settlePause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return img, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // observe is lookup for Observe: three calls (the data volume's size, the marker's and the
-// claim's fingerprints) when the records and the data volume's path are remembered with
-// those fingerprints; otherwise what differs is read.
-func (c *Cache) observe(ctx context.Context, pool, volume string) (Image, error) {
-	return c.classify(ctx, pool, volume, true)
+// owner record's fingerprints) when the records and the data volume's path are remembered with
+// those fingerprints; otherwise what differs is read. The claim is read only when the marker
+// does not mark the volume published (a claim next to a valid marker changes nothing).
+func (c *Cache) observe(ctx context.Context, pool, volume, ownerUID string) (Image, error) {
+	return c.classify(ctx, pool, volume, ownerUID, true)
 }
 
-func (c *Cache) classify(ctx context.Context, pool, volume string, cheap bool) (Image, error) { //nolint:gocyclo // classifies the three volumes of the protocol in one place, the doc comment of the package names every case
+func (c *Cache) classify(ctx context.Context, pool, volume, ownerUID string, cheap bool) (Image, error) { //nolint:gocyclo // classifies the volumes of the protocol in one place, the doc comment of the package names every case
 	img := Image{Pool: pool, Volume: volume}
 	var physical uint64
 	var err error
@@ -205,9 +249,22 @@ func (c *Cache) classify(ctx context.Context, pool, volume string, cheap bool) (
 	if err != nil {
 		return img, err
 	}
-	img.HasClaim, img.Claim, claimErr, err = read(ctx, pool, ClaimName(volume))
-	if err != nil {
-		return img, err
+	if ownerUID != "" {
+		var ownErr error
+		img.HasOwn, img.Own, ownErr, err = read(ctx, pool, OwnerName(volume, ownerUID))
+		if err != nil {
+			return img, err
+		}
+		if ownErr != nil || !isOwnerRecord(img.Own, volume, ownerUID) {
+			img.Own = nil
+		}
+	}
+	marked := img.HasMarker && markerErr == nil && img.Marker.State == RecordPublished && img.Marker.Volume == volume
+	if !cheap || !marked || !img.HasData {
+		img.HasClaim, img.Claim, claimErr, err = read(ctx, pool, ClaimName(volume))
+		if err != nil {
+			return img, err
+		}
 	}
 	switch {
 	case img.Marker != nil && img.Marker.Owner.UID != "":
@@ -224,12 +281,12 @@ func (c *Cache) classify(ctx context.Context, pool, volume string, cheap bool) (
 	case !img.HasData:
 		img.Reason = "the data volume is missing"
 	case !img.HasMarker && img.HasClaim && claimErr == nil:
-		img.Reason = "the upload by " + img.Claim.Owner.String() + " started at " + img.Claim.Time.UTC().Format(time.RFC3339) + " is in progress or was cut"
+		img.Reason = "the upload started at " + img.Claim.Time.UTC().Format(time.RFC3339) + " is in progress or was cut"
 	case !img.HasMarker:
 		img.Reason = "the data volume has no marker: its upload did not finish"
 	case markerErr != nil:
 		img.Reason = "the marker is unusable: " + markerErr.Error()
-	case img.Marker.State != RecordPublished || img.Marker.Volume != volume:
+	case !marked:
 		img.Reason = "the marker does not mark this volume published"
 	default:
 		n := physical
@@ -252,6 +309,11 @@ func (c *Cache) classify(ctx context.Context, pool, volume string, cheap bool) (
 	return img, nil
 }
 
+// isOwnerRecord is true when r is a valid owner record of uid for volume.
+func isOwnerRecord(r *Record, volume, uid string) bool {
+	return r != nil && r.State == RecordOwner && r.Volume == volume && r.Owner.UID == uid
+}
+
 // readRecord reads a record volume. exists tells whether the volume
 // exists; rec is set when its JSON parsed (even if invalid, so its owner can
 // be checked), invalid says why it is unusable.
@@ -271,22 +333,14 @@ func (c *Cache) readRecord(ctx context.Context, pool, name string) (exists bool,
 	return true, rec, derr, nil
 }
 
-// checkOwner fails when a record of img names an owner other than uid.
-func checkOwner(img Image, uid string) error {
-	for _, r := range []*Record{img.Marker, img.Claim} {
-		if r != nil && r.Owner.UID != "" && r.Owner.UID != uid {
-			return &OwnedByOtherError{Pool: img.Pool, Volume: img.Volume, Owner: r.Owner}
-		}
-	}
-	return nil
-}
-
-// publishPlan is what Publish does, given what is on the host (see planPublish).
+// publishPlan is what one step of Publish does, given what is on the host (see planPublish).
 type publishPlan struct {
-	// Reuse: the image is published and ours; nothing is downloaded.
+	// Reuse: the image is published with the digest asked for; nothing is downloaded.
 	Reuse bool
 	// DropClaim: a claim of ours was left next to the published image.
 	DropClaim bool
+	// Wait: another live owner is uploading (or removing) the image; look again later.
+	Wait bool
 	// CheckUsers: a data volume exists; before it is deleted, no overlay may use it.
 	CheckUsers bool
 	// Delete lists the debris to remove, in order: marker, data, claim.
@@ -295,20 +349,32 @@ type publishPlan struct {
 	WriteClaim bool
 }
 
-// planPublish decides, without I/O, what Publish does with img on behalf of owner. It refuses
-// an image another owner's record names, and data that no record names (we write the claim
+// planPublish decides, without I/O, what Publish does with img on behalf of owner, for the
+// image src (with its digest). live holds the UIDs of the other owners whose records are
+// live. A published image is reused only when its marker records exactly src's digest and
+// format. An upload or removal claimed by a live owner is waited for; a claim of an owner that
+// is gone is debris anyone may clean. Data that no record names is refused (we write the claim
 // before the data and drop it only after the marker, so such data was never ours).
-func planPublish(img Image, owner Owner) (publishPlan, error) {
-	if err := checkOwner(img, owner.UID); err != nil {
-		return publishPlan{}, err
-	}
+func planPublish(img Image, owner Owner, src Source, live map[string]bool) (publishPlan, error) {
+	ourClaim := img.HasClaim && img.Claim != nil && img.Claim.Owner.UID == owner.UID && img.Claim.State == RecordClaimed
 	if img.State == StatePublished {
-		return publishPlan{Reuse: true, DropClaim: img.HasClaim}, nil
+		if img.Marker.SHA256 != src.SHA256 || img.Marker.Format != src.Format.orDefault() {
+			return publishPlan{}, errors.Errorf(errOtherDigest, img.Volume, img.Pool, img.Marker.SHA256, img.Marker.Format, src.SHA256, src.Format.orDefault())
+		}
+		return publishPlan{Reuse: true, DropClaim: ourClaim}, nil
 	}
-	if img.HasData && img.Owner.UID == "" {
+	if img.Claim != nil && img.Claim.Owner.UID != owner.UID && live[img.Claim.Owner.UID] {
+		return publishPlan{Wait: true}, nil
+	}
+	if img.HasData && img.Owner.UID == "" && !img.HasClaim {
 		return publishPlan{}, &OwnedByOtherError{Pool: img.Pool, Volume: img.Volume}
 	}
-	// Debris of ours (or torn records of ours) or nothing: start clean, keeping our claim.
+	return planClean(img, ourClaim), nil
+}
+
+// planClean is the plan for debris (ours, of owners that are gone, torn records) or nothing:
+// start clean, keeping our own claim.
+func planClean(img Image, ourClaim bool) publishPlan {
 	p := publishPlan{CheckUsers: img.HasData}
 	if img.HasMarker {
 		p.Delete = append(p.Delete, MarkerName(img.Volume))
@@ -316,12 +382,11 @@ func planPublish(img Image, owner Owner) (publishPlan, error) {
 	if img.HasData {
 		p.Delete = append(p.Delete, img.Volume)
 	}
-	keepClaim := img.HasClaim && img.Claim != nil && img.Claim.Owner.UID == owner.UID && img.Claim.State == RecordClaimed
-	if img.HasClaim && !keepClaim {
+	if img.HasClaim && !ourClaim {
 		p.Delete = append(p.Delete, ClaimName(img.Volume))
 	}
-	p.WriteClaim = !keepClaim
-	return p, nil
+	p.WriteClaim = !ourClaim
+	return p
 }
 
 // uploaded is what an upload wrote, for verifyUpload.
@@ -385,18 +450,24 @@ func (c *Cache) bestEffortDelete(ctx context.Context, pool string, names ...stri
 	return true
 }
 
-// Publish makes src available in pool as the data volume VolumeName(src),
-// owned by owner. If it is already published by owner, nothing is
-// downloaded (Result.Reused). Debris of an earlier attempt by owner (or by
-// nobody) is removed first. The image is streamed from src.URL straight into
-// the volume while its sha256 is computed; a digest other than src.SHA256
-// fails with a *DigestMismatchError and leaves nothing behind. progress may
-// be nil.
+// Publish makes the image src asks for available in pool, owned (among others) by owner, and
+// returns it. The data volume is DigestVolumeName of the image's sha256: one per pool and
+// digest, shared by every BaseImage that asks for those bytes, whatever its URL or namespace.
+// First the owner record of owner is added (OwnerName). If the volume is published with that
+// digest, nothing is downloaded (Result.Reused). If another live owner is uploading it,
+// Publish waits for that upload (until ctx ends). Otherwise debris is removed and the image is
+// streamed from src.URL straight into the volume while its sha256 is computed; a digest other
+// than src.SHA256 fails with a *DigestMismatchError and leaves nothing behind. progress may be
+// nil.
 //
-// Errors: IsOwnedByOther when the volume belongs to another owner;
-// IsDigestMismatch, IsFormatError (terminal, see IsTerminal); anything else
-// is worth retrying.
-func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owner, progress ProgressFunc) (Result, error) { //nolint:gocyclo // planPublish holds the decisions; what is left is the steps of the protocol, each returning its error
+// Without src.SHA256 the image is first downloaded once to compute its digest (nothing is
+// stored), then published for that digest as above: the volume is shared only by digest, and
+// a second download that does not hash the same (the server changed the file meanwhile) fails
+// with a *ChangedError, worth retrying.
+//
+// Errors: IsDigestMismatch, IsFormatError (terminal, see IsTerminal); IsOwnedByOther for a
+// data volume of the digest's name that no record names; anything else is worth retrying.
+func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owner, progress ProgressFunc) (Result, error) {
 	if err := src.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -404,63 +475,114 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 		return Result{}, errors.New(errNoOwnerUID)
 	}
 	src.Format = src.Format.orDefault()
-	vol := VolumeName(src)
-	unlock, err := c.lock(ctx, pool, vol)
-	if err != nil {
-		return Result{}, err
+	asked := src
+	finalURL := ""
+	if src.SHA256 == "" {
+		sum, fu, err := c.digest(ctx, src)
+		if err != nil {
+			return Result{}, err
+		}
+		src.SHA256, finalURL = sum, fu
 	}
-	defer unlock()
-	// What Lookup remembers of this volume is stale once Publish changed it.
-	c.forget(pool, vol)
-	defer c.forget(pool, vol)
+	vol := DigestVolumeName(src.SHA256, src.Format)
+	for {
+		res, wait, err := c.publishStep(ctx, pool, vol, src, asked, owner, progress)
+		if res.FinalURL == "" {
+			res.FinalURL = finalURL
+		}
+		var dm *DigestMismatchError
+		if asked.SHA256 == "" && errors.As(err, &dm) {
+			err = &ChangedError{URL: dm.URL, First: dm.Want, Second: dm.Got}
+		}
+		if !wait {
+			return res, err
+		}
+		t := time.NewTimer(waitPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, errors.Wrapf(ctx.Err(), errWait, vol)
+		case <-t.C:
+		}
+	}
+}
 
-	img, err := c.lookup(ctx, pool, vol)
+// publishStep is one attempt of Publish on the data volume vol of src (which has its digest);
+// asked is the source as the BaseImage gave it. wait tells that another owner's upload is in
+// progress. The base lock is held while records are read and written, not during the upload:
+// the claim protects that.
+func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked Source, owner Owner, progress ProgressFunc) (res Result, wait bool, err error) { //nolint:gocyclo // planPublish holds the decisions; what is left is the steps of the protocol, each returning its error
+	unlock, err := c.lock(ctx, pool)
 	if err != nil {
-		return Result{Image: img}, err
+		return Result{}, false, err
 	}
-	plan, err := planPublish(img, owner)
+	defer func() {
+		// A failed attempt does not keep the volume's name owned: its debris (if any) is
+		// claimed, and others waiting for this upload take over once this record is gone.
+		// The next attempt adds it again.
+		// (The controller starts a BaseImage's next attempt only after a cancelled one ended.)
+		if err != nil && res.Image.State != StatePublished {
+			c.bestEffortDelete(ctx, pool, OwnerName(vol, owner.UID))
+		}
+	}()
+	defer func() { unlock() }() // unlock is idempotent; it is also called before the upload
+	// What Lookup remembers of this volume is stale once Publish changed it.
+	c.forget(pool, vol, owner.UID)
+	defer c.forget(pool, vol, owner.UID)
+
+	if err := c.ensureOwner(ctx, pool, vol, owner, asked); err != nil {
+		return Result{}, false, err
+	}
+	others, err := c.otherOwners(ctx, pool, vol, owner.UID)
 	if err != nil {
-		return Result{Image: img}, err
+		return Result{}, false, err
 	}
-	if plan.Reuse {
+	img, err := c.lookupSettled(ctx, pool, vol, owner.UID)
+	if err != nil {
+		return Result{Image: img}, false, err
+	}
+	plan, err := planPublish(img, owner, src, liveUIDs(others))
+	if err != nil {
+		return Result{Image: img}, false, err
+	}
+	switch {
+	case plan.Wait:
+		return Result{Image: img}, true, nil
+	case plan.Reuse:
 		if plan.DropClaim && c.lv.DeleteVolume(ctx, pool, ClaimName(vol)) == nil {
 			img.HasClaim, img.Claim = false, nil
 		}
-		return Result{Image: img, Reused: true}, nil
+		return Result{Image: img, Reused: true}, false, nil
 	}
 	// Even debris is never deleted under an overlay: whatever made it, a guest's disk depends
 	// on the file.
 	if plan.CheckUsers {
-		users, err := c.Users(ctx, img.Path)
+		u, err := c.Users(ctx, img.Path)
 		if err != nil {
-			return Result{Image: img}, err
+			return Result{Image: img}, false, err
 		}
-		if len(users) > 0 {
-			return Result{Image: img}, &InUseError{Pool: pool, Volume: vol, Users: users}
+		if u.InUse() {
+			return Result{Image: img}, false, &InUseError{Pool: pool, Volume: vol, Users: u.Users, Doubts: u.Doubts}
 		}
 	}
 	for _, n := range plan.Delete {
 		if err := c.lv.DeleteVolume(ctx, pool, n); err != nil {
-			return Result{Image: img}, errors.Wrapf(err, errCleanDebris, vol, pool)
+			return Result{Image: img}, false, errors.Wrapf(err, errCleanDebris, vol, pool)
 		}
 	}
 	if plan.WriteClaim {
 		claim := Record{State: RecordClaimed, Volume: vol, Owner: owner, SourceURL: redactURL(src.URL), ExpectedSHA256: src.SHA256, Format: src.Format, Time: c.now().UTC()}
 		if err := c.writeRecord(ctx, pool, ClaimName(vol), claim); err != nil {
 			if libvirt.IsExists(err) {
-				if img, lerr := c.lookup(ctx, pool, vol); lerr == nil {
-					if oerr := checkOwner(img, owner.UID); oerr != nil {
-						return Result{Image: img}, oerr
-					}
-				}
-				return Result{}, errors.Errorf(errClaimRace, vol, pool)
+				return Result{}, false, errors.Errorf(errClaimRace, vol, pool)
 			}
-			return Result{}, err
+			return Result{}, false, err
 		}
 	}
+	unlock()
 
 	start := c.now()
-	res, err := c.upload(ctx, pool, vol, src, owner, progress)
+	res, err = c.upload(ctx, pool, vol, src, asked.SHA256, owner, progress)
 	res.Duration = c.now().Sub(start)
 	if err != nil {
 		// Remove the data volume, then the claim: what cannot be removed
@@ -468,24 +590,53 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 		if c.bestEffortDelete(ctx, pool, vol, MarkerName(vol)) {
 			c.bestEffortDelete(ctx, pool, ClaimName(vol))
 		}
-		return res, err
+		return res, false, err
 	}
 	_ = c.lv.DeleteVolume(ctx, pool, ClaimName(vol)) // a stale claim of ours is harmless
 
-	img, err = c.lookup(ctx, pool, vol)
+	img, err = c.lookup(ctx, pool, vol, owner.UID)
 	res.Image = img
 	if err != nil {
-		return res, err
+		return res, false, err
 	}
 	if img.State != StatePublished {
-		return res, errors.Errorf(errNotPublished, vol, pool, img.Reason)
+		return res, false, errors.Errorf(errNotPublished, vol, pool, img.Reason)
 	}
-	return res, nil
+	return res, false, nil
 }
 
-// upload downloads src into a new data volume vol, verifies it, refreshes
-// the pool and writes the marker.
-func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner Owner, progress ProgressFunc) (Result, error) { //nolint:gocyclo // verifyUpload holds the decisions; what is left is the steps of the upload, each returning its error
+// digest downloads src once, checking its format and the limits as Publish does, and returns
+// the sha256 of its bytes and the URL they came from. Nothing is stored.
+func (c *Cache) digest(ctx context.Context, src Source) (string, string, error) {
+	shownURL := redactURL(src.URL)
+	pctx, stalled, cancel := withStall(ctx)
+	defer cancel()
+	resp, finalURL, total, err := c.get(pctx, src.URL)
+	if err != nil {
+		return "", "", err
+	}
+	defer resp.Body.Close() //nolint:errcheck // read-only body
+	s := newImageStream(resp.Body, src.Format, total, c.dl.Limits.MaxBytes, c.dl.Limits.StallTimeout, stalled, nil)
+	_, cerr := io.Copy(io.Discard, s)
+	srcErr := s.failed()
+	_ = resp.Body.Close()
+	s.close()
+	if err := c.sourceFailure(ctx, pctx, srcErr, shownURL, finalURL); err != nil {
+		return "", "", err
+	}
+	if cerr != nil {
+		return "", "", errors.Wrapf(cerr, errDownload, shownURL)
+	}
+	if total > 0 && s.n != total {
+		return "", "", errors.Errorf(errSize, shownURL, s.n, total)
+	}
+	return s.sum(), finalURL, nil
+}
+
+// upload downloads src into a new data volume vol, verifies it against src.SHA256, refreshes
+// the pool and writes the marker. expected is the digest the BaseImage gave ("" when src.SHA256
+// was computed by a first download): the marker records it, and is Verified only with one.
+func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expected string, owner Owner, progress ProgressFunc) (Result, error) { //nolint:gocyclo // verifyUpload holds the decisions; what is left is the steps of the upload, each returning its error
 	shownURL := redactURL(src.URL)
 	pctx, stalled, cancel := withStall(ctx)
 	defer cancel()
@@ -521,7 +672,7 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner 
 	srcErr := s.failed()  // before closing the body makes the reader fail
 	_ = resp.Body.Close() // unblocks the reader goroutine
 	s.close()
-	res := Result{Bytes: s.n}
+	res := Result{Bytes: s.n, FinalURL: finalURL}
 	if err := c.sourceFailure(ctx, pctx, srcErr, shownURL, finalURL); err != nil {
 		return res, err
 	}
@@ -553,7 +704,7 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, owner 
 	marker := Record{
 		State: RecordPublished, Volume: vol, Owner: owner,
 		SourceURL: shownURL, FinalURL: finalURL,
-		ExpectedSHA256: src.SHA256, SHA256: sum, Verified: src.SHA256 != "",
+		ExpectedSHA256: expected, SHA256: sum, Verified: expected != "",
 		Format: src.Format, SizeBytes: s.n, VirtualSizeBytes: virtual,
 		Time: c.now().UTC(),
 	}
@@ -619,144 +770,303 @@ func (c *Cache) sourceFailure(ctx, pctx context.Context, srcErr error, shownURL,
 	return nil
 }
 
-// Remove deletes the volume volume (a name VolumeName returned), its marker
-// and claim. A volume already gone is success. It fails with IsOwnedByOther
-// when another owner's record names it, and with IsInUse while a volume in
-// any active pool backs onto it or a domain's disk uses it.
-func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) error { //nolint:gocyclo // the removal protocol step by step (claim, unpublish, re-check users, delete), each returning its error
+// Removal is what Remove did.
+type Removal struct {
+	// Kept: other BaseImages still own the volume; only the caller's owner record was
+	// removed. Owners counts the others (never who they are: they may be of other
+	// namespaces).
+	Kept   bool
+	Owners int
+}
+
+// Remove detaches the BaseImage ownerUID from volume (a name VolumeName returned) and deletes
+// the volume, its marker and claim when no owner is left. Stale owner records (see
+// WithLiveness) are deleted first. While other owners remain, only the caller's record goes
+// (Removal.Kept). A volume already gone is success. The last owner's Remove fails with
+// IsInUse, keeping its record (so the volume stays owned), while a volume in any pool backs
+// onto it or a domain's disk uses it, or while that cannot be ruled out (an inactive pool, a
+// shut-off domain's disk whose backing chain libvirt does not show); the error says which.
+// It fails with IsOwnedByOther for a volume the caller does not own whose publisher still
+// exists, or that no record names.
+func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) (Removal, error) { //nolint:gocyclo // the removal protocol step by step (owners, claim, unpublish, re-check, delete), each returning its error
 	if !IsVolumeName(volume) {
-		return errors.Errorf(errNotOurs, volume)
+		return Removal{}, errors.Errorf(errNotOurs, volume)
 	}
-	unlock, err := c.lock(ctx, pool, volume)
+	unlock, err := c.lock(ctx, pool)
 	if err != nil {
-		return err
+		return Removal{}, err
 	}
 	defer unlock()
-	c.forget(pool, volume)
-	defer c.forget(pool, volume)
-	img, err := c.lookup(ctx, pool, volume)
+	c.forget(pool, volume, ownerUID)
+	defer c.forget(pool, volume, ownerUID)
+	img, err := c.lookupSettled(ctx, pool, volume, ownerUID)
 	if err != nil {
-		return err
+		return Removal{}, err
+	}
+	own := OwnerName(volume, ownerUID)
+	detach := func(others []Record) (Removal, error) {
+		if img.HasOwn {
+			if err := c.lv.DeleteVolume(ctx, pool, own); err != nil {
+				return Removal{}, errors.Wrapf(err, errRemove, volume, pool)
+			}
+		}
+		return Removal{Kept: true, Owners: len(others)}, nil
+	}
+	others, err := c.otherOwners(ctx, pool, volume, ownerUID)
+	if err != nil {
+		return Removal{}, err
+	}
+	if len(others) > 0 {
+		return detach(others)
 	}
 	if img.State == StateAbsent {
-		return nil
+		if img.HasOwn {
+			return Removal{}, errors.Wrapf(c.lv.DeleteVolume(ctx, pool, own), errRemove, volume, pool)
+		}
+		return Removal{}, nil
 	}
-	if err := checkOwner(img, ownerUID); err != nil {
-		return err
-	}
-	if img.HasData && img.Owner.UID == "" {
-		// No record names anyone: not made by us, never ours to delete.
-		return &OwnedByOtherError{Pool: pool, Volume: volume}
+	if !img.HasOwn {
+		// Not an owner: a volume whose owners are all gone (anyone may remove it once unused:
+		// Sweep does), or one from before shared images, whose marker names its one owner.
+		if img.HasData && img.Owner.UID == "" {
+			// No record names anyone: not made by us, never ours to delete.
+			return Removal{}, &OwnedByOtherError{Pool: pool, Volume: volume}
+		}
+		if !isDigestName(volume) && img.Owner.UID != ownerUID {
+			alive := true
+			if c.alive != nil {
+				if alive, err = c.alive(ctx, img.Owner.UID); err != nil {
+					return Removal{}, err
+				}
+			}
+			if alive {
+				return Removal{}, &OwnedByOtherError{Pool: pool, Volume: volume, Owner: img.Owner}
+			}
+		}
 	}
 	inUse := func() error {
 		if !img.HasData {
 			return nil
 		}
-		users, err := c.Users(ctx, img.Path)
+		u, err := c.Users(ctx, img.Path)
 		if err != nil {
 			return err
 		}
-		if len(users) > 0 {
-			return &InUseError{Pool: pool, Volume: volume, Users: users}
+		if u.InUse() {
+			return &InUseError{Pool: pool, Volume: volume, Users: u.Users, Doubts: u.Doubts}
 		}
 		return nil
 	}
 	if err := inUse(); err != nil {
-		return err
+		return Removal{}, err
 	}
 	if !img.HasClaim {
-		owner := img.Owner
-		if owner.UID == "" {
-			owner = Owner{UID: ownerUID}
+		remover := Owner{UID: ownerUID}
+		if ownerUID == "" {
+			remover.UID = sweeperUID // a record must name someone
 		}
-		claim := Record{State: RecordRemoving, Volume: volume, Owner: owner, Time: c.now().UTC()}
+		claim := Record{State: RecordRemoving, Volume: volume, Owner: remover, Time: c.now().UTC()}
 		if img.Marker != nil {
 			claim.SourceURL, claim.Format = img.Marker.SourceURL, img.Marker.Format
 		}
 		if err := c.writeRecord(ctx, pool, ClaimName(volume), claim); err != nil && !libvirt.IsExists(err) {
-			return errors.Wrapf(err, errRemove, volume, pool)
+			return Removal{}, errors.Wrapf(err, errRemove, volume, pool)
 		}
 	}
 	if img.HasMarker {
 		if err := c.lv.DeleteVolume(ctx, pool, MarkerName(volume)); err != nil {
-			return errors.Wrapf(err, errRemove, volume, pool)
+			return Removal{}, errors.Wrapf(err, errRemove, volume, pool)
 		}
-		// An overlay created between the first check and unpublishing:
-		// publish again and leave it be.
-		if err := inUse(); err != nil {
+		// An overlay created (by another process: within this one the base lock excludes it)
+		// or an owner added between the first checks and unpublishing: publish again and
+		// leave the volume be. A KVMDomain checks the marker after creating its overlay, and
+		// Publish reads it after adding its owner record, so one of the two sides sees the
+		// other.
+		others, oerr := c.otherOwners(ctx, pool, volume, ownerUID)
+		uerr := inUse()
+		if oerr != nil || uerr != nil || len(others) > 0 {
 			if img.State == StatePublished {
 				if werr := c.writeRecord(ctx, pool, MarkerName(volume), *img.Marker); werr != nil {
-					return errors.Wrapf(werr, "%s; cannot restore its marker", err.Error())
+					return Removal{}, errors.Wrapf(werr, "cannot restore the marker of volume %s", volume)
 				}
 			}
-			return err
+			_ = c.lv.DeleteVolume(ctx, pool, ClaimName(volume))
+			switch {
+			case uerr != nil:
+				return Removal{}, uerr
+			case oerr != nil:
+				return Removal{}, oerr
+			}
+			return detach(others)
 		}
 	}
-	for _, n := range []string{volume, ClaimName(volume)} {
+	for _, n := range []string{volume, own, ClaimName(volume)} {
 		if err := c.lv.DeleteVolume(ctx, pool, n); err != nil {
-			return errors.Wrapf(err, errRemove, volume, pool)
+			return Removal{}, errors.Wrapf(err, errRemove, volume, pool)
 		}
 	}
-	return nil
+	return Removal{}, nil
 }
 
-// Users lists what uses the file basePath: volumes in any active pool whose
-// backing store it is ("volume POOL/NAME") and domains whose disks use it
-// directly or in their backing chain ("domain NAME disk DEV").
-func (c *Cache) Users(ctx context.Context, basePath string) ([]string, error) {
-	pools, err := c.lv.ActivePools(ctx)
-	if err != nil {
-		return nil, errors.Wrapf(err, errUsers, basePath)
+// sweeperUID names Sweep in the removal claims it writes: no BaseImage has it.
+const sweeperUID = "provider-kvm-sweep"
+
+// Sweep deletes the stale owner records (see WithLiveness) of every shared volume of pool, and
+// removes each volume left without an owner once nothing uses it, as its last owner's Remove
+// would: a volume whose owners all vanished without a Remove (deleted without their finalizer,
+// or a cluster restored from a backup whose BaseImages were not recreated) does not stay
+// forever. It returns the volumes it removed and, per volume it kept, why. Without a Liveness
+// it does nothing.
+func (c *Cache) Sweep(ctx context.Context, pool string) (removed []string, kept map[string]error, err error) {
+	if c.alive == nil {
+		return nil, nil, nil
 	}
-	var users []string
+	names, err := c.lv.VolumeNames(ctx, pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	vols := map[string]bool{}
+	for _, n := range names {
+		if v, ok := dataVolumeOf(n); ok && isDigestName(v) {
+			vols[v] = true
+		}
+	}
+	for _, v := range slices.Sorted(maps.Keys(vols)) {
+		r, err := c.Remove(ctx, pool, v, "")
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return removed, kept, err
+		case err != nil:
+			if kept == nil {
+				kept = map[string]error{}
+			}
+			kept[v] = err
+		case !r.Kept:
+			removed = append(removed, v)
+		}
+	}
+	return removed, kept, nil
+}
+
+// Usage is what Users found of a base volume's users.
+type Usage struct {
+	// Users are volumes backing onto the file ("volume POOL/NAME") and domains whose disks
+	// use it ("domain NAME disk DEV").
+	Users []string
+	// Doubts say what could not be checked: a pool that is inactive or cannot be read, a
+	// domain disk whose backing chain cannot be seen. Any doubt keeps the volume.
+	Doubts []string
+}
+
+// InUse is true when the file is in use, or that cannot be ruled out.
+func (u Usage) InUse() bool { return len(u.Users) > 0 || len(u.Doubts) > 0 }
+
+// Users lists what uses the file basePath: volumes in any pool whose backing store it is and
+// domains (running or not, whoever defined them) whose disks use it directly or in their
+// backing chain; and what it could not check (Usage.Doubts): an inactive pool or one it cannot
+// read, a disk that is a volume it cannot resolve, a qcow2 (or unknown format) disk outside
+// every active pool whose backing chain libvirt does not show (a shut-off domain's).
+func (c *Cache) Users(ctx context.Context, basePath string) (Usage, error) {
+	u, inPool, err := c.poolUsers(ctx, basePath)
+	if err != nil {
+		return Usage{}, err
+	}
+	disks, err := c.lv.DomainDisks(ctx)
+	if err != nil {
+		return Usage{}, errors.Wrapf(err, errUsers, basePath)
+	}
+	for _, d := range disks {
+		if d.Path == basePath {
+			u.Users = append(u.Users, "domain "+d.Domain+" disk "+d.Target)
+		} else if doubt := diskDoubt(d, inPool); doubt != "" {
+			u.Doubts = append(u.Doubts, doubt)
+		}
+	}
+	sort.Strings(u.Users)
+	sort.Strings(u.Doubts)
+	u.Users, u.Doubts = slices.Compact(u.Users), slices.Compact(u.Doubts)
+	return u, nil
+}
+
+// poolUsers lists the volumes of every pool that back onto basePath, the doubts of pools it
+// cannot read, and the paths of every volume it read.
+func (c *Cache) poolUsers(ctx context.Context, basePath string) (Usage, map[string]bool, error) {
+	pools, err := c.lv.AllPools(ctx)
+	if err != nil {
+		return Usage{}, nil, errors.Wrapf(err, errUsers, basePath)
+	}
+	var u Usage
+	inPool := map[string]bool{}
 	for _, p := range pools {
+		if !p.Active {
+			u.Doubts = append(u.Doubts, "pool "+p.Name+" is inactive, so its volumes cannot be checked (start the pool, or delete it)")
+			continue
+		}
 		vols, err := c.lv.Volumes(ctx, p.Name)
 		if libvirt.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return nil, errors.Wrapf(err, errUsers, basePath)
+			u.Doubts = append(u.Doubts, "pool "+p.Name+" cannot be read: "+err.Error())
+			continue
 		}
 		for _, v := range vols {
+			inPool[v.Path] = true
 			if v.BackingStorePath == basePath && v.Path != basePath {
-				users = append(users, "volume "+p.Name+"/"+v.Name)
+				u.Users = append(u.Users, "volume "+p.Name+"/"+v.Name)
 			}
 		}
 	}
-	disks, err := c.lv.DomainDisks(ctx)
-	if err != nil {
-		return nil, errors.Wrapf(err, errUsers, basePath)
-	}
-	for _, d := range disks {
-		if d.Path == basePath {
-			users = append(users, "domain "+d.Domain+" disk "+d.Target)
-		}
-	}
-	sort.Strings(users)
-	return slices.Compact(users), nil
+	return u, inPool, nil
 }
 
-// Owned lists the BaseImage volumes of pool (published or debris) whose
-// records name ownerUID, e.g. to find an old image after a restart with
-// empty status.
+// diskDoubt says why a domain disk (not the base itself) might back onto the base without
+// anyone being able to tell, or "" when it cannot: its chain is listed (a running domain's),
+// it is a volume of a pool that was read (its backing store was checked there), or it cannot
+// have a backing file (cdrom, floppy, raw).
+func diskDoubt(d libvirt.DomainDisk, inPool map[string]bool) string {
+	switch {
+	case d.Backing || d.ChainKnown || d.Device == "cdrom" || d.Device == "floppy" || d.Format == "raw":
+		return ""
+	case d.Path == "":
+		return "domain " + d.Domain + " disk " + d.Target + " is volume " + d.Pool + "/" + d.Volume + ", which cannot be read"
+	case !inPool[d.Path]:
+		return "domain " + d.Domain + " disk " + d.Target + " is " + d.Path + ", which is in no active pool, and libvirt shows no backing chain for it while the domain is not running"
+	}
+	return ""
+}
+
+// Owned lists the BaseImage volumes of pool that ownerUID has an owner record on, and those
+// (published or debris) whose marker or claim names it without one (debris of its uploads,
+// volumes from before shared images), e.g. to find its images after a restart with empty
+// status, or all of them on deletion. Image.Own is set from its owner record.
 func (c *Cache) Owned(ctx context.Context, pool, ownerUID string) ([]Image, error) {
-	vols, err := c.lv.Volumes(ctx, pool)
+	names, err := c.lv.VolumeNames(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
+	present := make(map[string]bool, len(names))
+	for _, n := range names {
+		present[n] = true
+	}
+	done := map[string]bool{}
 	var out []Image
-	for _, v := range vols {
-		name, ok := dataVolumeOf(v.Name)
-		if !ok || seen[name] {
+	for _, n := range names {
+		name, ok := dataVolumeOf(n)
+		if !ok || done[name] {
 			continue
 		}
-		seen[name] = true
-		img, err := c.lookup(ctx, pool, name)
+		done[name] = true
+		if isDigestName(name) && !present[OwnerName(name, ownerUID)] && !present[ClaimName(name)] {
+			continue // neither an owner record of ours nor a claim that could be ours: no need to read
+		}
+		img, err := c.lookup(ctx, pool, name, ownerUID)
 		if err != nil {
 			return nil, err
 		}
-		if img.Owner.UID == ownerUID {
+		ownsDebris := img.Claim != nil && img.Claim.Owner.UID == ownerUID
+		legacy := !isDigestName(name) && img.Owner.UID == ownerUID // a volume from before shared images names its one owner
+		if img.HasOwn || ownsDebris || legacy {
 			out = append(out, img)
 		}
 	}

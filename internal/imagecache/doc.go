@@ -2,56 +2,89 @@
 // http(s) URL into a libvirt storage volume, verifies its sha256 in the same
 // pass, and marks the volume usable only once it is complete and verified.
 //
-// # Names
+// # Names: one volume per host, pool and digest
 //
-// A BaseImage's data volume is named after its source: VolumeName is
-// "pkvm-base-" + the first 24 hex digits of sha256(url "\n" expected sha256),
-// plus ".qcow2" or ".img" for the format. Editing the URL or the digest gives
-// a new name, so a new image never overwrites one that overlays back onto;
-// the caller publishes the new one and removes the old one once unused.
+// A data volume is named after the bytes it holds: DigestVolumeName is "pkvm-base-" + the
+// image's full sha256 (64 hex digits) + ".qcow2" or ".img" for the format. Every BaseImage, in
+// any namespace and with any URL, that asks for those bytes shares that one volume. Editing
+// the digest gives a new name, so a new image never overwrites one that overlays back onto;
+// the caller publishes the new one and detaches from the old one. Volumes of releases before
+// shared images (24 hex digits of sha256(url "\n" sha256)) are still recognized, and removed
+// by the one owner their marker names.
+//
+// An image given without sha256 is downloaded twice: once to compute its digest (nothing is
+// stored), then published for that digest like a pinned one, the second download checked
+// against the first (libvirt has no rename, and a host-side clone of a staged qcow2 may be
+// rewritten by qemu-img; see decision 38). If the digest's volume is already published, the second download is
+// skipped: the image is shared only by digest, and only after its bytes were hashed.
 //
 // # Atomic publish without rename
 //
 // libvirt has no volume rename, and an upload interrupted by a killed
 // provider, a cut SSH connection or a libvirtd restart leaves a partial file.
-// Each data volume NAME therefore comes with two small raw companion volumes
+// Each data volume NAME therefore comes with small raw companion volumes
 // holding a JSON Record, each written exactly once into a freshly created
 // volume (never overwritten in place, so a torn write can only yield invalid
 // JSON, never a different valid record):
 //
+//   - NAME.owner-HASH, state "owner", one per BaseImage that uses the volume (HASH: 32 hex
+//     digits of sha256 of its UID, OwnerName). It names the BaseImage (namespace, name, UID)
+//     and what it asked for (URL without password, expected digest, format). Each BaseImage
+//     creates and deletes only its own record, so any number of reconciles, in any number of
+//     provider processes, add and remove owners without a read-modify-write race. It is
+//     written first, before anything else of a publish.
 //   - NAME.claim, state "claimed": created (libvirt's create is exclusive)
 //     BEFORE the data volume and deleted after publishing. It names the
-//     owner (BaseImage UID) of an upload in progress or of its debris, so
-//     another BaseImage with the same source gets IsOwnedByOther instead of
-//     deleting a file being uploaded (libvirt lets a volume be deleted during
-//     its upload).
+//     BaseImage uploading it. While that BaseImage's owner record exists, any other
+//     BaseImage asking for the image waits for the upload instead of touching the file
+//     (libvirt lets a volume be deleted during its upload); once it is gone (deleted, or
+//     stale), the claim and what it guards are debris the next Publish cleans.
 //   - NAME.meta, state "published": created only AFTER all bytes were
 //     uploaded, the digest verified and the pool refreshed. It records the
-//     owner, source URL, digest, verified flag, format, file size and virtual
+//     publisher, source URL, digest, verified flag, format, file size and virtual
 //     size, so a restarted provider with empty status knows what is on the
-//     host without re-hashing anything.
+//     host without re-hashing anything. A BaseImage attaches to a published volume only
+//     when the marker's digest and format are exactly the ones it asks for.
 //
 // A data volume is Published only when NAME.meta holds a valid published
 // Record for NAME and the file's size equals the recorded size. Anything else
 // present (data without meta, a claim, an unreadable meta) is Debris: never
-// reported usable, and removed by the owner's next Publish (or by anyone when
-// no record names an owner). Lookup reads only the few hundred bytes of the
-// records and one stat; it never re-hashes image data.
+// reported usable. Lookup reads only the few hundred bytes of the
+// records and one stat; it never re-hashes image data. A steady-state Observe costs three
+// calls: the data volume's size and the fingerprints of the marker and of the BaseImage's own
+// owner record.
 //
 // # Owners
 //
-// Every record names its owner. Publish, Lookup and Remove refuse volumes
-// whose records name another owner UID (IsOwnedByOther), so two BaseImages
-// never share or clobber a file.
+// Publish adds the caller's owner record, then reuses the published volume, waits for a live
+// owner's upload, or uploads. A BaseImage never reads another's records on its behalf into its
+// status (that shows the digest and sizes of the bytes, and its own URL), and errors never
+// name other BaseImages. With a Liveness (WithLiveness: the controller asks the API server),
+// Publish and Remove delete the owner records of UIDs gone from the cluster: a BaseImage
+// deleted without its finalizer, or every BaseImage of a cluster restored from a backup, whose
+// new UIDs attach again. A record still torn after a second is its dead writer's debris.
+// Sweep does the same for every shared volume of a pool (the controller runs it when a
+// BaseImage is deleted) and removes those left without owners once unused. A host's pools
+// must therefore serve one management cluster: another cluster's UIDs look stale.
 //
 // # Removal
 //
-// Remove refuses while any volume in any active pool backs onto the data
-// volume, or any domain's disk uses it (IsInUse). It deletes the marker
-// first (unpublishing), checks for users again and restores the marker if one
-// appeared meanwhile, then deletes the data and the claim. A claim (state
-// "removing") is written before, so a removal cut half-way leaves debris
-// still attributed to its owner.
+// Remove detaches the caller: while other (live) owners remain it deletes only the caller's
+// record. The last owner's Remove refuses (IsInUse, keeping its record) while any volume in
+// any pool backs onto the data volume or any domain's disk uses it, running or not, whoever
+// defined it; and also while it cannot be sure (Usage.Doubts): an inactive pool (its volumes
+// cannot be listed), a pool it cannot read, a disk that is a volume it cannot resolve, a qcow2
+// disk outside every active pool whose backing chain libvirt does not show (a shut-off
+// domain's). It then writes a "removing" claim, deletes the marker (unpublishing), checks
+// users and owners again and restores the marker if either appeared meanwhile, then deletes
+// the data, its own record and the claim.
+//
+// The check and the delete run under the base lock of the pool (libvirt.LockBases), which the
+// KVMDomain controller takes while it creates an overlay: within a process no overlay appears
+// in between. Across processes the order closes the window: the removal deletes the marker
+// before its last check, and a KVMDomain looks at the marker again after creating its overlay
+// (and deletes the overlay if it is gone); a Publish adds its owner record before reading the
+// marker. One of the two sides always sees the other.
 //
 // # Streaming
 //

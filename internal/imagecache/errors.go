@@ -33,8 +33,10 @@ func IsDigestMismatch(err error) bool {
 	return errors.As(err, &e)
 }
 
-// OwnedByOtherError says a volume belongs to another BaseImage, or (Owner zero) to nobody we
-// know: a data volume that no record names was never made by us.
+// OwnedByOtherError says a volume that the caller does not own belongs to another BaseImage
+// that still exists (a volume published before images were shared, whose marker names its
+// one owner), or (Owner zero) to nobody we know: a data volume that no record names was never
+// made by us. Its message never names the other BaseImage, which may be of another namespace.
 type OwnedByOtherError struct {
 	Pool   string
 	Volume string
@@ -45,7 +47,7 @@ func (e *OwnedByOtherError) Error() string {
 	if e.Owner.UID == "" {
 		return fmt.Sprintf("volume %s in pool %s exists without an ownership record: it was not made by provider-kvm, so it is never overwritten or deleted; remove it by hand if nothing uses it", e.Volume, e.Pool)
 	}
-	return fmt.Sprintf("volume %s in pool %s belongs to BaseImage %s; two BaseImages cannot share an image: use that BaseImage, or give this one a different source", e.Volume, e.Pool, e.Owner)
+	return fmt.Sprintf("volume %s in pool %s belongs to another BaseImage that still exists, and this one is not among its owners; it is left alone", e.Volume, e.Pool)
 }
 
 // IsOwnedByOther is true when err is an *OwnedByOtherError.
@@ -54,16 +56,32 @@ func IsOwnedByOther(err error) bool {
 	return errors.As(err, &e)
 }
 
-// InUseError says a base volume cannot be removed because overlays or
-// domains use it.
+// InUseError says a base volume cannot be removed because overlays or domains use it, or
+// because that cannot be ruled out (Doubts say why).
 type InUseError struct {
 	Pool   string
 	Volume string
 	Users  []string
+	Doubts []string
 }
 
 func (e *InUseError) Error() string {
-	return fmt.Sprintf("volume %s in pool %s is in use by %s; it is removed once nothing uses it", e.Volume, e.Pool, strings.Join(e.Users, ", "))
+	if len(e.Users) > 0 {
+		return fmt.Sprintf("volume %s in pool %s is in use by %s; it is removed once nothing uses it", e.Volume, e.Pool, strings.Join(e.Users, ", "))
+	}
+	return fmt.Sprintf("volume %s in pool %s is kept: provider-kvm cannot rule out that an overlay backs onto it: %s; it is removed once that can be checked", e.Volume, e.Pool, strings.Join(e.Doubts, "; "))
+}
+
+// ChangedError says an image given without sha256 hashed differently on the download that
+// stored it than on the one that computed its digest: the server changed the file between
+// the two. Nothing was published; it is worth retrying.
+type ChangedError struct {
+	URL           string
+	First, Second string
+}
+
+func (e *ChangedError) Error() string {
+	return fmt.Sprintf("the image at %s changed while it was being cached (sha256 %s, then %s); nothing was published, it is tried again. Set spec.forProvider.source.sha256 to pin the image you expect", e.URL, e.First, e.Second)
 }
 
 // IsInUse is true when err is an *InUseError.

@@ -3,6 +3,7 @@ package imagecache
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,8 +20,10 @@ import (
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 const testVirtualSize = 96 << 20
@@ -57,6 +61,15 @@ func testQCOW2(t testing.TB) []byte {
 		t.Fatalf("making a qcow2 image: %v", qcow2Err)
 	}
 	return qcow2Data
+}
+
+// uniqueQCOW2 is testQCOW2 with random bytes appended (still a valid qcow2): its digest, and
+// so its volume, is this test's alone, whatever other tests left in the pool.
+func uniqueQCOW2(t testing.TB) []byte {
+	t.Helper()
+	tail := make([]byte, 4096)
+	_, _ = crand.Read(tail)
+	return append(slices.Clone(testQCOW2(t)), tail...)
 }
 
 func sha(b []byte) string {
@@ -169,7 +182,7 @@ func (e *env) owner(t *testing.T, name string) Owner {
 				return err
 			}
 			for _, img := range imgs {
-				if err := e.cache.Remove(ctx, e.tb.pool, img.Volume, o.UID); err != nil {
+				if _, err := e.cache.Remove(ctx, e.tb.pool, img.Volume, o.UID); err != nil {
 					return err
 				}
 			}
@@ -182,7 +195,8 @@ func (e *env) owner(t *testing.T, name string) Owner {
 	return o
 }
 
-// requireAbsent checks that nothing of src is left in the pool.
+// requireAbsent checks that nothing of src (given with the digest of its bytes) is left in the
+// pool: no data, marker or claim, and no owner record.
 func (e *env) requireAbsent(t *testing.T, ctx context.Context, src Source) {
 	t.Helper()
 	img, err := e.cache.Lookup(ctx, e.tb.pool, src, "")
@@ -192,12 +206,32 @@ func (e *env) requireAbsent(t *testing.T, ctx context.Context, src Source) {
 	if img.State != StateAbsent {
 		t.Fatalf("Lookup = %s (%s), data %v marker %v claim %v; want Absent", img.State, img.Reason, img.HasData, img.HasMarker, img.HasClaim)
 	}
+	if owners := e.ownerRecords(t, ctx, img.Volume); len(owners) > 0 {
+		t.Fatalf("owner records left of %s: %v", img.Volume, owners)
+	}
+}
+
+// ownerRecords lists the owner record volumes of vol.
+func (e *env) ownerRecords(t *testing.T, ctx context.Context, vol string) []string {
+	t.Helper()
+	names, err := e.lv.VolumeNames(ctx, e.tb.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if v, ok := ownerRecordOf(n); ok && v == vol {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func TestIntegrationPublishQCOW2(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 3*time.Minute)
-	data := testQCOW2(t)
+	data := uniqueQCOW2(t)
 	srv := newImageServer(t, data)
 	e.serve(t, srv)
 	owner := e.owner(t, "debian")
@@ -246,7 +280,8 @@ func TestIntegrationPublishQCOW2(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Lookup after restart: %v", err)
 	}
-	if got.State != StatePublished || got.Owner != owner || got.Marker.SHA256 != sha(data) || got.Path != img.Path || got.HasClaim {
+	if got.State != StatePublished || got.Owner != owner || got.Marker.SHA256 != sha(data) || got.Path != img.Path || got.HasClaim ||
+		got.Own == nil || got.Own.Owner != owner || got.Own.SourceURL != src.URL || got.Own.ExpectedSHA256 != src.SHA256 {
 		t.Errorf("Lookup after restart = %+v", got)
 	}
 	owned, err := fresh.Owned(ctx, e.tb.pool, owner.UID)
@@ -261,11 +296,11 @@ func TestIntegrationPublishQCOW2(t *testing.T) {
 		t.Errorf("second Publish = %+v, %v; want Reused", again, err)
 	}
 
-	if err := fresh.Remove(ctx, e.tb.pool, img.Volume, owner.UID); err != nil {
-		t.Fatalf("Remove: %v", err)
+	if r, err := fresh.Remove(ctx, e.tb.pool, img.Volume, owner.UID); err != nil || r.Kept {
+		t.Fatalf("Remove = %+v, %v", r, err)
 	}
 	e.requireAbsent(t, ctx, src)
-	if err := fresh.Remove(ctx, e.tb.pool, img.Volume, owner.UID); err != nil {
+	if _, err := fresh.Remove(ctx, e.tb.pool, img.Volume, owner.UID); err != nil {
 		t.Errorf("Remove of a removed volume: %v", err)
 	}
 }
@@ -273,7 +308,7 @@ func TestIntegrationPublishQCOW2(t *testing.T) {
 func TestIntegrationPublishChunkedUnverified(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 3*time.Minute)
-	data := testQCOW2(t)
+	data := uniqueQCOW2(t)
 	srv := newImageServer(t, data)
 	e.serve(t, srv)
 	owner := e.owner(t, "chunked")
@@ -289,6 +324,10 @@ func TestIntegrationPublishChunkedUnverified(t *testing.T) {
 	m := res.Image.Marker
 	if m.Verified || m.SHA256 != sha(data) || m.ExpectedSHA256 != "" || m.VirtualSizeBytes != testVirtualSize || m.SizeBytes != int64(len(data)) {
 		t.Errorf("marker = %+v", m)
+	}
+	// Shared by digest: the volume is the digest's, and the owner record says no digest was asked.
+	if res.Image.Volume != DigestVolumeName(sha(data), FormatQCOW2) || res.Image.Own == nil || res.Image.Own.ExpectedSHA256 != "" {
+		t.Errorf("Publish of an unpinned image = volume %s, own %+v", res.Image.Volume, res.Image.Own)
 	}
 }
 
@@ -318,7 +357,7 @@ func TestIntegrationPublishRedirectRaw(t *testing.T) {
 func TestIntegrationDigestMismatch(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 3*time.Minute)
-	data := testQCOW2(t)
+	data := uniqueQCOW2(t)
 	srv := newImageServer(t, data)
 	e.serve(t, srv)
 	owner := e.owner(t, "mismatch")
@@ -337,14 +376,16 @@ func TestIntegrationDigestMismatch(t *testing.T) {
 func TestIntegrationFormatMismatch(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 3*time.Minute)
-	srv := newImageServer(t, bytes.Repeat([]byte{1}, 2<<20))
+	notQCOW2 := bytes.Repeat([]byte{1}, 2<<20)
+	srv := newImageServer(t, notQCOW2)
 	e.serve(t, srv)
-	src := Source{URL: srv.URL + "/img", Format: FormatQCOW2}
-	_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "notqcow2"), nil)
-	if !IsFormatError(err) || !IsTerminal(err) {
-		t.Fatalf("Publish error = %v, want a FormatError", err)
+	for _, src := range []Source{{URL: srv.URL + "/img", Format: FormatQCOW2}, {URL: srv.URL + "/img", SHA256: sha(notQCOW2), Format: FormatQCOW2}} {
+		_, err := e.cache.Publish(ctx, e.tb.pool, src, e.owner(t, "notqcow2"), nil)
+		if !IsFormatError(err) || !IsTerminal(err) {
+			t.Fatalf("Publish error = %v, want a FormatError", err)
+		}
+		e.requireAbsent(t, ctx, Source{SHA256: sha(notQCOW2), Format: FormatQCOW2})
 	}
-	e.requireAbsent(t, ctx, src)
 }
 
 // TestIntegrationOutsideInput publishes what the image source policy or the
@@ -352,7 +393,7 @@ func TestIntegrationFormatMismatch(t *testing.T) {
 // the rule or the limit and the config.
 func TestIntegrationOutsideInput(t *testing.T) {
 	e := newEnv(t)
-	data := testQCOW2(t)
+	data := uniqueQCOW2(t)
 	srv := newImageServer(t, data)
 	other := newImageServer(t, data)
 
@@ -402,7 +443,7 @@ func TestIntegrationOutsideInput(t *testing.T) {
 			!strings.Contains(err.Error(), "exceeds maxImageSizeMiB 8 of "+testConfig+": more than 8388608 bytes arrived") {
 			t.Fatalf("Publish error = %v, want the stream cut at the size limit", err)
 		}
-		e.requireAbsent(t, ctx, src)
+		e.requireAbsent(t, ctx, Source{SHA256: sha(data)})
 	})
 }
 
@@ -410,7 +451,7 @@ func TestIntegrationOutsideInput(t *testing.T) {
 // published, and a retry publishes cleanly.
 func TestIntegrationInterrupted(t *testing.T) {
 	e := newEnv(t)
-	data := testQCOW2(t)
+	data := uniqueQCOW2(t)
 	srv := newImageServer(t, data)
 	e.serve(t, srv, func(d *Downloads) { d.Limits.StallTimeout = time.Second })
 
@@ -525,14 +566,50 @@ func TestIntegrationInterrupted(t *testing.T) {
 		if err := e.lv.Upload(ctx, e.tb.pool, vol, bytes.NewReader(data[:len(data)/2]), 0); err != nil {
 			t.Fatal(err)
 		}
+		// ... and its owner record, written first.
+		if err := e.cache.ensureOwner(ctx, e.tb.pool, vol, owner, src); err != nil {
+			t.Fatal(err)
+		}
 		img, err := e.cache.Lookup(ctx, e.tb.pool, src, owner.UID)
 		if err != nil || img.State != StateDebris || img.Owner != owner {
 			t.Fatalf("Lookup = %+v, %v; want Debris owned by %v", img, err, owner)
 		}
-		if _, err := e.cache.Publish(ctx, e.tb.pool, src, other, nil); !IsOwnedByOther(err) || !strings.Contains(err.Error(), owner.UID) {
-			t.Fatalf("Publish by another owner = %v, want IsOwnedByOther naming %s", err, owner.UID)
+		// Another BaseImage asking for the same bytes waits for the claimed upload: it never
+		// touches it while its owner exists.
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := e.cache.Publish(wctx, e.tb.pool, src, other, nil); err == nil || !strings.Contains(err.Error(), "gave up waiting") {
+			t.Fatalf("Publish by another owner = %v, want it waiting for the claimed upload", err)
+		}
+		if img, err := e.cache.Lookup(ctx, e.tb.pool, src, owner.UID); err != nil || img.State != StateDebris || !img.HasOwn {
+			t.Fatalf("the claimed upload after another's wait: %+v, %v", img, err)
 		}
 		publishOK(t, ctx, src, owner)
+		if res, err := e.cache.Publish(ctx, e.tb.pool, src, other, nil); err != nil || !res.Reused {
+			t.Fatalf("Publish by another owner once published = %+v, %v; want it attached", res, err)
+		}
+	})
+
+	t.Run("DebrisOfADeletedOwner", func(t *testing.T) {
+		ctx := ctxT(t, 2*time.Minute)
+		owner := e.owner(t, "deleted")
+		other := e.owner(t, "other")
+		src := Source{URL: srv.URL + "/img?deleted", SHA256: sha(data)}
+		vol := VolumeName(src)
+		// A claim and half the data of a BaseImage whose owner record is gone (it was deleted
+		// while its upload was cut): debris that whoever asks for the image next cleans.
+		claim := Record{State: RecordClaimed, Volume: vol, Owner: owner, SourceURL: src.URL, Format: FormatQCOW2, Time: time.Now()}
+		if err := e.cache.writeRecord(ctx, e.tb.pool, ClaimName(vol), claim); err != nil {
+			t.Fatal(err)
+		}
+		x, _ := libvirt.VolumeXML(libvirt.VolumeSpec{Name: vol, Format: libvirt.FormatRaw})
+		if _, err := e.lv.CreateVolume(ctx, e.tb.pool, x); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.lv.Upload(ctx, e.tb.pool, vol, bytes.NewReader(data[:len(data)/2]), 0); err != nil {
+			t.Fatal(err)
+		}
+		publishOK(t, ctx, src, other)
 	})
 
 	t.Run("TornMarker", func(t *testing.T) {
@@ -574,7 +651,7 @@ func TestIntegrationInterrupted(t *testing.T) {
 		if _, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil); !IsOwnedByOther(err) || !strings.Contains(err.Error(), "without an ownership record") {
 			t.Fatalf("Publish = %v, want a refusal: no ownership record", err)
 		}
-		if err := e.cache.Remove(ctx, e.tb.pool, vol, owner.UID); !IsOwnedByOther(err) {
+		if _, err := e.cache.Remove(ctx, e.tb.pool, vol, owner.UID); !IsOwnedByOther(err) {
 			t.Fatalf("Remove = %v, want a refusal: no ownership record", err)
 		}
 		if _, err := e.lv.Volume(ctx, e.tb.pool, vol); err != nil {
@@ -583,36 +660,215 @@ func TestIntegrationInterrupted(t *testing.T) {
 	})
 }
 
-func TestIntegrationOwnedByOther(t *testing.T) {
+// TestIntegrationSharedAcrossNamespaces: BaseImages of two namespaces asking for the same
+// bytes (from different URLs) share one volume; deleting either keeps it for the other;
+// deleting both removes it.
+func TestIntegrationSharedAcrossNamespaces(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 3*time.Minute)
-	data := testQCOW2(t)
+	data := uniqueQCOW2(t)
 	srv := newImageServer(t, data)
 	e.serve(t, srv)
+	a := e.owner(t, "debian")
+	b := e.owner(t, "debian")
+	b.Namespace = "team-b"
+	srcA := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+	srcB := Source{URL: srv.URL + "/redirect", SHA256: sha(data)}
+	resA, err := e.cache.Publish(ctx, e.tb.pool, srcA, a, nil)
+	if err != nil || resA.Reused {
+		t.Fatalf("Publish by a = %+v, %v", resA, err)
+	}
+	resB, err := e.cache.Publish(ctx, e.tb.pool, srcB, b, nil)
+	if err != nil || !resB.Reused || resB.Image.Volume != resA.Image.Volume || resB.Image.State != StatePublished {
+		t.Fatalf("Publish by b = %+v, %v; want it attached to %s", resB, err, resA.Image.Volume)
+	}
+	vol := resA.Image.Volume
+	if got := e.ownerRecords(t, ctx, vol); !slices.Equal(got, sortedNames(OwnerName(vol, a.UID), OwnerName(vol, b.UID))) {
+		t.Fatalf("owner records = %v, want a's and b's", got)
+	}
+	if img, err := e.cache.LookupVolume(ctx, e.tb.pool, vol, b.UID); err != nil || img.Own == nil || img.Own.SourceURL != srcB.URL || img.Own.Owner != b {
+		t.Fatalf("b's owner record = %+v, %v; want its own source", img.Own, err)
+	}
+	// Deleting a keeps the volume for b; deleting b then removes it.
+	if r, err := e.cache.Remove(ctx, e.tb.pool, vol, a.UID); err != nil || !r.Kept || r.Owners != 1 {
+		t.Fatalf("Remove by a = %+v, %v; want kept for one other owner", r, err)
+	}
+	if img, err := e.cache.LookupVolume(ctx, e.tb.pool, vol, b.UID); err != nil || img.State != StatePublished || img.Own == nil {
+		t.Fatalf("b's image after a's deletion: %+v, %v", img, err)
+	}
+	if r, err := e.cache.Remove(ctx, e.tb.pool, vol, b.UID); err != nil || r.Kept {
+		t.Fatalf("Remove by b = %+v, %v; want the volume removed", r, err)
+	}
+	e.requireAbsent(t, ctx, srcA)
+}
+
+func sortedNames(n ...string) []string { slices.Sort(n); return n }
+
+// TestIntegrationSameURLDifferentDigests: two BaseImages giving one URL and different digests
+// never share: one whose digest the server does not serve gets a terminal mismatch and nothing
+// of the other's; when the server serves each its bytes, each gets its own volume.
+func TestIntegrationSameURLDifferentDigests(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	x, y := uniqueQCOW2(t), uniqueQCOW2(t)
+	var serveY atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := x
+		if serveY.Load() {
+			b = y
+		}
+		http.ServeContent(w, r, "img", time.Time{}, bytes.NewReader(b))
+	}))
+	t.Cleanup(srv.Close)
+	e.dl = downloadsFor(t, allowServers(t, srv))
+	e.cache = New(e.lv, e.dl)
 	a, b := e.owner(t, "a"), e.owner(t, "b")
-	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
-	res, err := e.cache.Publish(ctx, e.tb.pool, src, a, nil)
+	srcX := Source{URL: srv.URL + "/debian.qcow2", SHA256: sha(x)}
+	srcY := Source{URL: srv.URL + "/debian.qcow2", SHA256: sha(y)}
+	resA, err := e.cache.Publish(ctx, e.tb.pool, srcX, a, nil)
 	if err != nil {
-		t.Fatalf("Publish: %v", err)
+		t.Fatalf("Publish by a: %v", err)
 	}
-	if _, err := e.cache.Publish(ctx, e.tb.pool, src, b, nil); !IsOwnedByOther(err) || !strings.Contains(err.Error(), a.String()) {
-		t.Errorf("Publish by b = %v, want IsOwnedByOther naming %s", err, a)
+	if _, err := e.cache.Publish(ctx, e.tb.pool, srcY, b, nil); !IsDigestMismatch(err) || !IsTerminal(err) {
+		t.Fatalf("Publish by b while the URL serves a's bytes = %v, want a terminal digest mismatch", err)
 	}
-	if img, err := e.cache.Lookup(ctx, e.tb.pool, src, b.UID); !IsOwnedByOther(err) || img.Owner != a {
-		t.Errorf("Lookup by b = %+v, %v", img, err)
+	e.requireAbsent(t, ctx, srcY)
+	if got := e.ownerRecords(t, ctx, resA.Image.Volume); !slices.Equal(got, []string{OwnerName(resA.Image.Volume, a.UID)}) {
+		t.Fatalf("owner records of a's volume = %v, want a's alone", got)
 	}
-	if err := e.cache.Remove(ctx, e.tb.pool, res.Image.Volume, b.UID); !IsOwnedByOther(err) {
-		t.Errorf("Remove by b = %v, want IsOwnedByOther", err)
+	serveY.Store(true)
+	resB, err := e.cache.Publish(ctx, e.tb.pool, srcY, b, nil)
+	if err != nil || resB.Image.Volume == resA.Image.Volume || resB.Image.Marker.SHA256 != sha(y) {
+		t.Fatalf("Publish by b when the URL serves its bytes = %+v, %v; want its own volume", resB.Image, err)
 	}
-	if img, err := e.cache.Lookup(ctx, e.tb.pool, src, a.UID); err != nil || img.State != StatePublished {
-		t.Errorf("a's image after b's attempts: %+v, %v", img, err)
+	var back bytes.Buffer
+	if err := e.lv.Download(ctx, e.tb.pool, resA.Image.Volume, &back, 0, 0); err != nil || sha(back.Bytes()) != sha(x) {
+		t.Errorf("a's volume no longer holds a's bytes (%v)", err)
 	}
+	// Unpinned, the same URL is shared only by the digest its bytes have now.
+	c := e.owner(t, "c")
+	resC, err := e.cache.Publish(ctx, e.tb.pool, Source{URL: srcX.URL}, c, nil)
+	if err != nil || !resC.Reused || resC.Image.Volume != resB.Image.Volume {
+		t.Fatalf("unpinned Publish while the URL serves b's bytes = %+v, %v; want attached to %s", resC.Image, err, resB.Image.Volume)
+	}
+}
+
+// TestIntegrationRestoredClusterReattaches: BaseImages recreated with new UIDs (a cluster
+// restored from a backup) attach to the volumes their old UIDs published, and the records of
+// the old UIDs, gone from the cluster, are cleaned up.
+func TestIntegrationRestoredClusterReattaches(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := uniqueQCOW2(t)
+	srv := newImageServer(t, data)
+	e.serve(t, srv)
+	old := e.owner(t, "debian")
+	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+	res, err := e.cache.Publish(ctx, e.tb.pool, src, old, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := e.owner(t, "debian")
+	restored.Namespace = old.Namespace
+	srv.Close() // nothing is downloaded again
+	alive := func(_ context.Context, uid string) (bool, error) { return uid == restored.UID, nil }
+	after := New(e.lv, e.dl, WithLiveness(alive))
+	again, err := after.Publish(ctx, e.tb.pool, src, restored, nil)
+	if err != nil || !again.Reused || again.Image.Volume != res.Image.Volume {
+		t.Fatalf("Publish after the restore = %+v, %v; want attached to %s", again, err, res.Image.Volume)
+	}
+	if got := e.ownerRecords(t, ctx, res.Image.Volume); !slices.Equal(got, []string{OwnerName(res.Image.Volume, restored.UID)}) {
+		t.Fatalf("owner records = %v, want the restored UID's alone", got)
+	}
+	// The last owner's removal deletes the volume even though its marker names the old UID.
+	if r, err := after.Remove(ctx, e.tb.pool, res.Image.Volume, restored.UID); err != nil || r.Kept {
+		t.Fatalf("Remove = %+v, %v", r, err)
+	}
+	e.requireAbsent(t, ctx, src)
+}
+
+// TestIntegrationConcurrentOwners: 10 BaseImages, each with its own Cache and connection (as
+// reconciles of their own), attach and detach concurrently: exactly the right owner records
+// are left, the image is uploaded once, and the volume is kept throughout.
+func TestIntegrationConcurrentOwners(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 5*time.Minute)
+	data := uniqueQCOW2(t)
+	srv := newImageServer(t, data)
+	srv.throttle.Store(false)
+	e.serve(t, srv)
+	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+	var owners []Owner
+	for i := range 10 {
+		o := e.owner(t, "concurrent-"+strconv.Itoa(i))
+		o.Namespace = "team-" + strconv.Itoa(i)
+		owners = append(owners, o)
+	}
+	caches := make([]*Cache, len(owners))
+	for i := range owners {
+		caches[i] = New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.dl)
+	}
+	var uploads atomic.Int32
+	run := func(fn func(i int) error, idx ...int) {
+		t.Helper()
+		errs := make([]error, len(owners))
+		var wg sync.WaitGroup
+		for _, i := range idx {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = fn(i) }()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("owner %d: %v", i, err)
+			}
+		}
+	}
+	attach := func(i int) error {
+		res, err := caches[i].Publish(ctx, e.tb.pool, src, owners[i], nil)
+		if err == nil && !res.Reused {
+			uploads.Add(1)
+		}
+		return err
+	}
+	detach := func(i int) error {
+		_, err := caches[i].Remove(ctx, e.tb.pool, VolumeName(src), owners[i].UID)
+		return err
+	}
+	vol := VolumeName(src)
+	want := func(idx ...int) []string {
+		var n []string
+		for _, i := range idx {
+			n = append(n, OwnerName(vol, owners[i].UID))
+		}
+		return sortedNames(n...)
+	}
+	// Five attach at once: one uploads, the others wait for it and attach.
+	run(attach, 0, 1, 2, 3, 4)
+	if got := e.ownerRecords(t, ctx, vol); !slices.Equal(got, want(0, 1, 2, 3, 4)) || uploads.Load() != 1 {
+		t.Fatalf("after 5 attaches: %d uploads, owner records %v", uploads.Load(), got)
+	}
+	// The other five attach while the first five detach.
+	run(func(i int) error {
+		if i < 5 {
+			return detach(i)
+		}
+		return attach(i)
+	}, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
+	if got := e.ownerRecords(t, ctx, vol); !slices.Equal(got, want(5, 6, 7, 8, 9)) || uploads.Load() != 1 {
+		t.Fatalf("after attaching 5 and detaching 5: %d uploads, owner records %v", uploads.Load(), got)
+	}
+	if img, err := e.cache.LookupVolume(ctx, e.tb.pool, vol, owners[9].UID); err != nil || img.State != StatePublished {
+		t.Fatalf("the shared volume: %+v, %v", img, err)
+	}
+	run(detach, 5, 6, 7, 8, 9)
+	e.requireAbsent(t, ctx, src)
 }
 
 func TestIntegrationRemoveInUse(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 3*time.Minute)
-	data := testQCOW2(t)
+	data := uniqueQCOW2(t)
 	srv := newImageServer(t, data)
 	e.serve(t, srv)
 	owner := e.owner(t, "inuse")
@@ -633,7 +889,7 @@ func TestIntegrationRemoveInUse(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = e.lv.DeleteVolume(context.Background(), e.tb.pool, overlay) })
 
-	err = e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID)
+	_, err = e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID)
 	var iu *InUseError
 	if !IsInUse(err) || !errorsAs(err, &iu) || len(iu.Users) != 1 || iu.Users[0] != "volume "+e.tb.pool+"/"+overlay {
 		t.Fatalf("Remove = %v, want InUseError naming volume %s/%s", err, e.tb.pool, overlay)
@@ -659,13 +915,13 @@ func TestIntegrationRemoveInUse(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { _ = undefine() })
-	users, err := e.cache.Users(ctx, base.Path)
+	u, err := e.cache.Users(ctx, base.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"domain " + dom + " disk vda", "volume " + e.tb.pool + "/" + overlay}
-	if strings.Join(users, "|") != strings.Join(want, "|") {
-		t.Errorf("Users = %q, want %q", users, want)
+	if strings.Join(u.Users, "|") != strings.Join(want, "|") {
+		t.Errorf("Users = %q, want %q", u.Users, want)
 	}
 	if err := undefine(); err != nil {
 		t.Fatal(err)
@@ -674,7 +930,7 @@ func TestIntegrationRemoveInUse(t *testing.T) {
 	if err := e.lv.DeleteVolume(ctx, e.tb.pool, overlay); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID); err != nil {
+	if _, err := e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID); err != nil {
 		t.Fatalf("Remove after the overlay is gone: %v", err)
 	}
 	e.requireAbsent(t, ctx, src)
@@ -694,4 +950,202 @@ func retryTransient(ctx context.Context, t *testing.T, fn func() error) error {
 		time.Sleep(2 * time.Second)
 	}
 	return err
+}
+
+// TestIntegrationInactivePoolKeepsBase: a shut-off domain whose overlay is in a pool that is
+// inactive keeps its base: the removal cannot read that pool, so it keeps the volume and says
+// why; once the pool is active the overlay is seen; once it is gone the base goes.
+func TestIntegrationInactivePoolKeepsBase(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := uniqueQCOW2(t)
+	srv := newImageServer(t, data)
+	e.serve(t, srv)
+	owner := e.owner(t, "cold")
+	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+	res, err := e.cache.Publish(ctx, e.tb.pool, src, owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := res.Image
+
+	// A second dir pool next to the test bed's, with an overlay onto the base.
+	tp, err := e.lv.Pool(ctx, e.tb.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold := uniqueName("cold")
+	poolXML := `<pool type='dir'><name>` + cold + `</name><target><path>` + filepath.Join(filepath.Dir(tp.Path), cold) + `</path></target></pool>`
+	do := func(fn func(l *golibvirt.Libvirt) error) error { return e.tb.conn.Do(context.Background(), fn) }
+	var sp golibvirt.StoragePool
+	if err := do(func(l *golibvirt.Libvirt) error {
+		var err error
+		if sp, err = l.StoragePoolDefineXML(poolXML, 0); err != nil {
+			return err
+		}
+		if err := l.StoragePoolBuild(sp, 0); err != nil {
+			return err
+		}
+		return l.StoragePoolCreate(sp, 0)
+	}); err != nil {
+		t.Fatalf("making pool %s: %v", cold, err)
+	}
+	overlay := uniqueName("overlay") + ".qcow2"
+	dom := uniqueName("dom")
+	t.Cleanup(func() {
+		_ = do(func(l *golibvirt.Libvirt) error {
+			if d, err := l.DomainLookupByName(dom); err == nil {
+				_ = l.DomainUndefine(d)
+			}
+			_ = l.StoragePoolCreate(sp, 0) // to delete the overlay, if it is inactive
+			return nil
+		})
+		_ = e.lv.DeleteVolume(context.Background(), cold, overlay)
+		_ = do(func(l *golibvirt.Libvirt) error {
+			_ = l.StoragePoolDestroy(sp)
+			_ = l.StoragePoolDelete(sp, 0)
+			return l.StoragePoolUndefine(sp)
+		})
+	})
+	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: overlay, Format: libvirt.FormatQCOW2, CapacityBytes: uint64(base.Marker.VirtualSizeBytes), BackingStorePath: base.Path, BackingStoreFormat: libvirt.FormatQCOW2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.lv.CreateVolume(ctx, cold, x); err != nil {
+		t.Fatalf("creating the overlay: %v", err)
+	}
+	// A shut-off domain on the overlay, defined by someone else than the provider.
+	domXML := `<domain type='qemu'><name>` + dom + `</name><memory unit='MiB'>64</memory><os><type arch='x86_64'>hvm</type></os>` +
+		`<devices><disk type='volume' device='disk'><driver name='qemu' type='qcow2'/><source pool='` + cold + `' volume='` + overlay + `'/><target dev='vda' bus='virtio'/></disk></devices></domain>`
+	if err := do(func(l *golibvirt.Libvirt) error { _, err := l.DomainDefineXML(domXML); return err }); err != nil {
+		t.Fatalf("defining a domain: %v", err)
+	}
+	if err := do(func(l *golibvirt.Libvirt) error { return l.StoragePoolDestroy(sp) }); err != nil {
+		t.Fatalf("deactivating pool %s: %v", cold, err)
+	}
+
+	_, err = e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID)
+	var iu *InUseError
+	if !errorsAs(err, &iu) || !strings.Contains(err.Error(), "pool "+cold+" is inactive") || !strings.Contains(err.Error(), "domain "+dom+" disk vda is volume "+cold+"/"+overlay) {
+		t.Fatalf("Remove with the overlay's pool inactive = %v, want the volume kept, naming the inactive pool and the domain's disk", err)
+	}
+	if img, err := e.cache.LookupVolume(ctx, e.tb.pool, base.Volume, owner.UID); err != nil || img.State != StatePublished || img.Own == nil {
+		t.Fatalf("base after a refused Remove: %+v, %v", img, err)
+	}
+
+	if err := do(func(l *golibvirt.Libvirt) error { return l.StoragePoolCreate(sp, 0) }); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID)
+	if !errorsAs(err, &iu) || !slices.Equal(iu.Users, []string{"volume " + cold + "/" + overlay}) || len(iu.Doubts) != 0 {
+		t.Fatalf("Remove with the overlay's pool active = %v, want InUseError naming volume %s/%s", err, cold, overlay)
+	}
+
+	if err := do(func(l *golibvirt.Libvirt) error {
+		d, err := l.DomainLookupByName(dom)
+		if err != nil {
+			return err
+		}
+		return l.DomainUndefine(d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.lv.DeleteVolume(ctx, cold, overlay); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(func(l *golibvirt.Libvirt) error {
+		_ = l.StoragePoolDestroy(sp)
+		_ = l.StoragePoolDelete(sp, 0)
+		return l.StoragePoolUndefine(sp)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cache.Remove(ctx, e.tb.pool, base.Volume, owner.UID); err != nil {
+		t.Fatalf("Remove once nothing uses the base: %v", err)
+	}
+	e.requireAbsent(t, ctx, src)
+}
+
+// TestIntegrationObserveCost: a steady-state Observe of an image shared by two owners costs at
+// most three libvirt calls and opens no connection (the data volume's size, the marker's and
+// the owner record's fingerprints).
+func TestIntegrationObserveCost(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	data := uniqueQCOW2(t)
+	srv := newImageServer(t, data)
+	e.serve(t, srv)
+	a, b := e.owner(t, "a"), e.owner(t, "b")
+	src := Source{URL: srv.URL + "/img", SHA256: sha(data)}
+	for _, o := range []Owner{a, b} {
+		if _, err := e.cache.Publish(ctx, e.tb.pool, src, o, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kind := uniqueName("kind")
+	kctx := metrics.WithKind(ctx, kind)
+	count := func() (calls, conns float64) {
+		t.Helper()
+		mfs, err := ctrlmetrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch mf.GetName() {
+				case metrics.CallsName:
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "kind" && l.GetValue() == kind {
+							calls += m.GetCounter().GetValue()
+						}
+					}
+				case metrics.ConnectionsName:
+					conns += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return calls, conns
+	}
+	vol := VolumeName(src)
+	if _, err := e.cache.LookupVolume(kctx, e.tb.pool, vol, b.UID); err != nil { // remembers the records
+		t.Fatal(err)
+	}
+	calls0, conns0 := count()
+	img, err := e.cache.LookupVolume(kctx, e.tb.pool, vol, b.UID)
+	if err != nil || img.State != StatePublished || img.Own == nil {
+		t.Fatalf("LookupVolume = %+v, %v", img, err)
+	}
+	calls1, conns1 := count()
+	t.Logf("steady-state LookupVolume: %.0f libvirt calls, %.0f connections opened", calls1-calls0, conns1-conns0)
+	if calls1-calls0 > 3 || conns1 != conns0 {
+		t.Errorf("a steady-state LookupVolume made %.0f libvirt calls and opened %.0f connections, want at most 3 and none", calls1-calls0, conns1-conns0)
+	}
+}
+
+// TestIntegrationSweep: a volume whose only owner vanished from the cluster without a Remove
+// is removed by a sweep; one with a live owner is kept with its record.
+func TestIntegrationSweep(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	x, y := uniqueQCOW2(t), uniqueQCOW2(t)
+	srvX, srvY := newImageServer(t, x), newImageServer(t, y)
+	e.dl = downloadsFor(t, allowServers(t, srvX.Server, srvY.Server))
+	e.cache = New(e.lv, e.dl)
+	gone, live := e.owner(t, "gone"), e.owner(t, "live")
+	srcX, srcY := Source{URL: srvX.URL + "/img", SHA256: sha(x)}, Source{URL: srvY.URL + "/img", SHA256: sha(y)}
+	if _, err := e.cache.Publish(ctx, e.tb.pool, srcX, gone, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cache.Publish(ctx, e.tb.pool, srcY, live, nil); err != nil {
+		t.Fatal(err)
+	}
+	alive := func(_ context.Context, uid string) (bool, error) { return uid != gone.UID, nil }
+	removed, kept, err := New(e.lv, e.dl, WithLiveness(alive)).Sweep(ctx, e.tb.pool)
+	if err != nil || !slices.Contains(removed, VolumeName(srcX)) || slices.Contains(removed, VolumeName(srcY)) {
+		t.Fatalf("Sweep = removed %v, kept %v, %v; want %s removed and %s kept", removed, kept, err, VolumeName(srcX), VolumeName(srcY))
+	}
+	e.requireAbsent(t, ctx, srcX)
+	if got := e.ownerRecords(t, ctx, VolumeName(srcY)); !slices.Equal(got, []string{OwnerName(VolumeName(srcY), live.UID)}) {
+		t.Fatalf("owner records of the live owner's volume = %v", got)
+	}
 }

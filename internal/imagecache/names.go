@@ -46,10 +46,19 @@ func (o Owner) String() string {
 // Volume name parts.
 const (
 	// NamePrefix starts every volume name this package creates.
-	NamePrefix   = "pkvm-base-"
-	nameHexChars = 24
-	MarkerSuffix = ".meta"
-	ClaimSuffix  = ".claim"
+	NamePrefix = "pkvm-base-"
+	// legacyHexChars is the length of the hash in names of releases before shared images
+	// (sha256 of url "\n" sha256); such volumes are still recognized, published and removed.
+	legacyHexChars = 24
+	MarkerSuffix   = ".meta"
+	ClaimSuffix    = ".claim"
+	// OwnerInfix joins a data volume's name and the hash of an owner's UID in the name of
+	// that owner's record.
+	OwnerInfix    = ".owner-"
+	ownerHexChars = 32
+	// unpinnedPrefix starts the external name of a BaseImage without sha256, whose volume
+	// is known only once its bytes are hashed.
+	unpinnedPrefix = "pkvm-unpinned-"
 )
 
 func (f Format) orDefault() Format {
@@ -66,10 +75,52 @@ func (f Format) ext() string {
 	return ".qcow2"
 }
 
-// VolumeName returns the content-addressed name of the data volume for src.
+// VolumeName returns the content-addressed name of the data volume for a src with a
+// SHA256: DigestVolumeName of it. For a src without one it is "": the volume is known only
+// once the bytes were hashed (see Publish).
 func VolumeName(src Source) string {
-	h := sha256.Sum256([]byte(src.URL + "\n" + src.SHA256))
-	return NamePrefix + hex.EncodeToString(h[:])[:nameHexChars] + src.Format.ext()
+	if src.SHA256 == "" {
+		return ""
+	}
+	return DigestVolumeName(src.SHA256, src.Format)
+}
+
+// DigestVolumeName is the data volume of the image whose bytes hash to sha256 in format: one
+// per host, pool and digest, shared by every BaseImage that asks for those bytes.
+func DigestVolumeName(sha256 string, f Format) string {
+	return NamePrefix + sha256 + f.ext()
+}
+
+// ExternalName is the external name of a BaseImage with source src: its volume's name when
+// src has a SHA256, else a name derived from the URL that names no volume (the volume is
+// known once the bytes were hashed; status.atProvider.volumeName shows it).
+func ExternalName(src Source) string {
+	if v := VolumeName(src); v != "" {
+		return v
+	}
+	h := sha256.Sum256([]byte(src.URL))
+	return unpinnedPrefix + hex.EncodeToString(h[:])[:legacyHexChars] + src.Format.ext()
+}
+
+// OwnerName is the name of the record that makes the BaseImage with uid an owner of volume.
+// It is derived from the UID (hashed: a UID is not a safe file name), so that each owner
+// adds and removes its own record without reading or rewriting anyone else's.
+func OwnerName(volume, uid string) string {
+	h := sha256.Sum256([]byte(uid))
+	return volume + OwnerInfix + hex.EncodeToString(h[:])[:ownerHexChars]
+}
+
+// ownerRecordOf returns the data volume an owner record name belongs to.
+func ownerRecordOf(name string) (string, bool) {
+	i := strings.LastIndex(name, OwnerInfix)
+	if i < 0 {
+		return "", false
+	}
+	h := name[i+len(OwnerInfix):]
+	if len(h) != ownerHexChars || !isLowerHex(h) || !IsVolumeName(name[:i]) {
+		return "", false
+	}
+	return name[:i], true
 }
 
 // MarkerName returns the name of the volume that marks volume published.
@@ -94,12 +145,21 @@ func IsVolumeName(name string) bool {
 	default:
 		return false
 	}
-	return len(h) == nameHexChars && isLowerHex(h)
+	return (len(h) == legacyHexChars || len(h) == sha256.Size*2) && isLowerHex(h)
 }
 
-// dataVolumeOf returns the data volume a marker, claim or data volume name
+// isDigestName is true for a data volume name DigestVolumeName returns (not one of an
+// earlier release).
+func isDigestName(name string) bool {
+	return IsVolumeName(name) && len(name) > len(NamePrefix)+legacyHexChars+len(".img")
+}
+
+// dataVolumeOf returns the data volume a marker, claim, owner record or data volume name
 // belongs to.
 func dataVolumeOf(name string) (string, bool) {
+	if v, ok := ownerRecordOf(name); ok {
+		return v, true
+	}
 	base := strings.TrimSuffix(strings.TrimSuffix(name, MarkerSuffix), ClaimSuffix)
 	return base, IsVolumeName(base)
 }

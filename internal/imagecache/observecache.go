@@ -62,14 +62,21 @@ func (m *memo) put(k string, e memoEntry) {
 	m.m[k] = e
 }
 
-// forget drops what is remembered of volume and its records: Publish and Remove call it
-// before and after they change them.
-func (c *Cache) forget(pool, volume string) {
+// forget drops what is remembered of volume, its marker and claim, and the owner record of
+// ownerUID: Publish and Remove call it before and after they change them.
+func (c *Cache) forget(pool, volume, ownerUID string) {
 	seen.mu.Lock()
 	defer seen.mu.Unlock()
-	for _, n := range []string{volume, MarkerName(volume), ClaimName(volume)} {
+	for _, n := range []string{volume, MarkerName(volume), ClaimName(volume), OwnerName(volume, ownerUID)} {
 		delete(seen.m, c.memoKey(pool, n))
 	}
+}
+
+// forgetRecord drops what is remembered of the record volume name.
+func (c *Cache) forgetRecord(pool, name string) {
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	delete(seen.m, c.memoKey(pool, name))
 }
 
 // statRecord is readRecord for Lookup: one call for the record volume's fingerprint, and a

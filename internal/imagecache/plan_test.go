@@ -8,9 +8,15 @@ import (
 )
 
 func TestPlanPublish(t *testing.T) {
-	const vol = "pkvm-base-0123456789abcdef01234567.qcow2"
-	us, them := Owner{UID: "us"}, Owner{UID: "them"}
+	sum := strings.Repeat("d", 64)
+	src := Source{URL: "https://example.org/a.qcow2", SHA256: sum, Format: FormatQCOW2}
+	vol := DigestVolumeName(sum, FormatQCOW2)
+	us, them, gone := Owner{UID: "us"}, Owner{UID: "them"}, Owner{UID: "gone"}
+	live := map[string]bool{"them": true}
 	claim := func(o Owner, state string) *Record { return &Record{State: state, Volume: vol, Owner: o} }
+	marker := func(o Owner, digest string, f Format) *Record {
+		return &Record{State: RecordPublished, Volume: vol, Owner: o, SHA256: digest, Format: f}
+	}
 	type want struct {
 		plan publishPlan
 		err  string
@@ -27,23 +33,43 @@ func TestPlanPublish(t *testing.T) {
 		},
 		"PublishedByUs": {
 			reason: "already published by us: reuse it",
-			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: us, Marker: &Record{Owner: us}},
+			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: us, Marker: marker(us, sum, FormatQCOW2)},
 			want:   want{plan: publishPlan{Reuse: true}},
 		},
 		"PublishedWithStaleClaim": {
 			reason: "a claim of ours left next to the published image goes",
-			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, HasClaim: true, Owner: us, Marker: &Record{Owner: us}, Claim: claim(us, RecordClaimed)},
+			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, HasClaim: true, Owner: us, Marker: marker(us, sum, FormatQCOW2), Claim: claim(us, RecordClaimed)},
 			want:   want{plan: publishPlan{Reuse: true, DropClaim: true}},
 		},
 		"PublishedByOther": {
-			reason: "an image another BaseImage published is refused",
-			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: them, Marker: &Record{Owner: them}},
-			want:   want{err: "belongs to BaseImage"},
+			reason: "the same bytes another BaseImage (any namespace) published: attach to it",
+			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: them, Marker: marker(them, sum, FormatQCOW2)},
+			want:   want{plan: publishPlan{Reuse: true}},
 		},
-		"ClaimedByOther": {
-			reason: "an upload another BaseImage runs is never touched",
+		"PublishedWithOtherDigest": {
+			reason: "a marker recording other bytes under this digest's name is never used",
+			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: them, Marker: marker(them, strings.Repeat("e", 64), FormatQCOW2)},
+			want:   want{err: "it is never used for this image"},
+		},
+		"PublishedWithOtherFormat": {
+			reason: "the same digest recorded as another format is never used",
+			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: them, Marker: marker(them, sum, FormatRaw)},
+			want:   want{err: "it is never used for this image"},
+		},
+		"ClaimedByLiveOther": {
+			reason: "an upload another live owner runs is waited for, never touched",
 			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: them, Claim: claim(them, RecordClaimed)},
-			want:   want{err: "belongs to BaseImage"},
+			want:   want{plan: publishPlan{Wait: true}},
+		},
+		"RemovalByLiveOther": {
+			reason: "a removal another live owner runs is waited for",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: them, Claim: claim(them, RecordRemoving)},
+			want:   want{plan: publishPlan{Wait: true}},
+		},
+		"ClaimedByGoneOwner": {
+			reason: "the cut upload of an owner whose record is gone is debris: clean it and upload",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: gone, Claim: claim(gone, RecordClaimed)},
+			want:   want{plan: publishPlan{CheckUsers: true, Delete: []string{vol, ClaimName(vol)}, WriteClaim: true}},
 		},
 		"DataWithoutRecord": {
 			reason: "data that no record names was not made by us",
@@ -73,7 +99,7 @@ func TestPlanPublish(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			p, err := planPublish(tc.img, us)
+			p, err := planPublish(tc.img, us, src, live)
 			got := want{plan: p}
 			if err != nil {
 				got.err = err.Error()

@@ -25,6 +25,10 @@ const (
 	// RecordPublished: the data volume is complete and verified; in a .meta
 	// volume.
 	RecordPublished = "published"
+	// RecordOwner: the owner (a BaseImage) uses the data volume; in its .owner-HASH volume
+	// (OwnerName). It also records what that BaseImage asked for (SourceURL,
+	// ExpectedSHA256, Format) and, when it downloaded the bytes itself, FinalURL.
+	RecordOwner = "owner"
 )
 
 // maxRecordBytes bounds a record's size when it is read.
@@ -82,7 +86,7 @@ func DecodeRecord(b []byte) (Record, error) {
 		return r, errors.New("record names no owner")
 	}
 	switch r.State {
-	case RecordClaimed, RecordRemoving:
+	case RecordClaimed, RecordRemoving, RecordOwner:
 	case RecordPublished:
 		if len(r.SHA256) != 64 || !isLowerHex(r.SHA256) {
 			return r, errors.Errorf("published record has invalid sha256 %q", r.SHA256)

@@ -20,19 +20,12 @@ import (
 func TestVolumeName(t *testing.T) {
 	a := Source{URL: "https://cloud.example/img.qcow2", SHA256: strings.Repeat("a", 64)}
 	n := VolumeName(a)
-	if !strings.HasPrefix(n, "pkvm-base-") || !strings.HasSuffix(n, ".qcow2") || len(n) != len("pkvm-base-")+24+len(".qcow2") {
-		t.Errorf("VolumeName = %q", n)
+	// One volume per digest: the name is the digest's, whatever the URL.
+	if want := "pkvm-base-" + a.SHA256 + ".qcow2"; n != want {
+		t.Errorf("VolumeName = %q, want %q", n, want)
 	}
 	if !IsVolumeName(n) {
 		t.Errorf("IsVolumeName(%q) = false", n)
-	}
-	// Pinned: the name of an image on a host must not change across versions.
-	h := sha256.Sum256([]byte(a.URL + "\n" + a.SHA256))
-	if want := "pkvm-base-" + hex.EncodeToString(h[:])[:24] + ".qcow2"; n != want {
-		t.Errorf("VolumeName = %q, want %q", n, want)
-	}
-	if VolumeName(a) != n {
-		t.Error("VolumeName is not deterministic")
 	}
 	b := a
 	b.SHA256 = strings.Repeat("b", 64)
@@ -40,25 +33,55 @@ func TestVolumeName(t *testing.T) {
 	c.URL += "?v=2"
 	d := a
 	d.Format = FormatRaw
-	for _, o := range []Source{b, c} {
-		if VolumeName(o) == n {
-			t.Errorf("VolumeName(%+v) = VolumeName(%+v)", o, a)
-		}
+	if VolumeName(b) == n {
+		t.Error("another digest gives the same volume")
+	}
+	if VolumeName(c) != n {
+		t.Error("another URL with the same digest gives another volume")
 	}
 	if got := VolumeName(d); !strings.HasSuffix(got, ".img") || !IsVolumeName(got) {
 		t.Errorf("raw VolumeName = %q", got)
 	}
+	if got := VolumeName(Source{URL: a.URL}); got != "" {
+		t.Errorf("VolumeName of an unpinned source = %q, want none before hashing", got)
+	}
+	if got := ExternalName(Source{URL: a.URL}); !strings.HasPrefix(got, "pkvm-unpinned-") || IsVolumeName(got) || ExternalName(Source{URL: a.URL}) != got {
+		t.Errorf("ExternalName of an unpinned source = %q, want a deterministic name that is no volume's", got)
+	}
+	if ExternalName(a) != n {
+		t.Errorf("ExternalName of a pinned source = %q, want its volume %q", ExternalName(a), n)
+	}
+	// Volumes named by releases before shared images are still recognized.
+	h := sha256.Sum256([]byte(a.URL + "\n" + a.SHA256))
+	legacy := "pkvm-base-" + hex.EncodeToString(h[:])[:24] + ".qcow2"
+	if !IsVolumeName(legacy) {
+		t.Errorf("IsVolumeName(%q) = false for a name of an earlier release", legacy)
+	}
 	if MarkerName(n) != n+".meta" || ClaimName(n) != n+".claim" {
 		t.Error("marker/claim names")
 	}
-	for _, name := range []string{n + ".meta", n + ".claim", n} {
-		if got, ok := dataVolumeOf(name); !ok || got != n {
+	o1, o2 := OwnerName(n, "uid-1"), OwnerName(n, "uid-2")
+	if o1 == o2 || !strings.HasPrefix(o1, n+".owner-") || strings.Contains(o1, "uid-1") {
+		t.Errorf("OwnerName = %q, %q: want one per UID, derived, not the raw UID", o1, o2)
+	}
+	for _, name := range []string{n + ".meta", n + ".claim", n, o1, legacy + ".claim", OwnerName(legacy, "u")} {
+		want := n
+		if strings.HasPrefix(name, legacy) {
+			want = legacy
+		}
+		if got, ok := dataVolumeOf(name); !ok || got != want {
 			t.Errorf("dataVolumeOf(%q) = %q, %v", name, got, ok)
 		}
 	}
-	for _, bad := range []string{"pkvm-base-xyz.qcow2", "vm-root.qcow2", "pkvm-base-" + strings.Repeat("A", 24) + ".img", "pkvm-base-" + strings.Repeat("a", 24) + ".iso"} {
+	for _, bad := range []string{"pkvm-base-xyz.qcow2", "vm-root.qcow2", "pkvm-base-" + strings.Repeat("A", 24) + ".img", "pkvm-base-" + strings.Repeat("a", 24) + ".iso",
+		"pkvm-base-" + strings.Repeat("a", 40) + ".qcow2"} {
 		if IsVolumeName(bad) {
 			t.Errorf("IsVolumeName(%q) = true", bad)
+		}
+	}
+	for _, bad := range []string{n + ".owner-xyz", n + ".owner-" + strings.Repeat("a", 31), "vm.qcow2.owner-" + strings.Repeat("a", 32)} {
+		if _, ok := ownerRecordOf(bad); ok {
+			t.Errorf("ownerRecordOf(%q) = true", bad)
 		}
 	}
 }
@@ -401,8 +424,14 @@ func TestDigestMismatchMessage(t *testing.T) {
 		t.Error("IsOwnedByOther/IsInUse through wrapping")
 	}
 	o := (&OwnedByOtherError{Pool: "p", Volume: "v", Owner: Owner{UID: "u1", Namespace: "ns", Name: "img"}}).Error()
-	if !strings.Contains(o, "ns/img (UID u1)") {
-		t.Errorf("OwnedByOtherError does not name the owner: %s", o)
+	if strings.Contains(o, "u1") || strings.Contains(o, "ns/img") {
+		t.Errorf("OwnedByOtherError names the other BaseImage, which may be of another namespace: %s", o)
+	}
+	if u := (&InUseError{Pool: "p", Volume: "v", Doubts: []string{"pool cold is inactive"}}).Error(); !strings.Contains(u, "cannot rule out") || !strings.Contains(u, "pool cold is inactive") {
+		t.Errorf("InUseError does not say why it cannot be sure: %s", u)
+	}
+	if c := (&ChangedError{URL: "https://x/a", First: want, Second: got}); IsTerminal(c) || IsDigestMismatch(c) {
+		t.Error("ChangedError is terminal: the server changed the file, a retry may see one version twice")
 	}
 	if u := (&InUseError{Pool: "p", Volume: "v", Users: []string{"volume p/a", "domain d disk vda"}}).Error(); !strings.Contains(u, "volume p/a, domain d disk vda") {
 		t.Errorf("InUseError does not name its users: %s", u)

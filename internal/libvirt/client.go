@@ -147,6 +147,50 @@ func (c *Client) ActivePools(ctx context.Context) ([]Pool, error) {
 	return out, errors.Wrapf(err, errListPools, c.conn.Address())
 }
 
+// AllPools lists the host's storage pools, active or not (Pool.Active tells).
+func (c *Client) AllPools(ctx context.Context) ([]Pool, error) {
+	var out []Pool
+	err := c.do(ctx, func(l rpc) error {
+		sps, _, err := l.ConnectListAllStoragePools(1, 0)
+		if err != nil {
+			return err
+		}
+		for _, sp := range sps {
+			p, err := poolInfo(l, sp)
+			if IsNotFound(err) {
+				continue // gone since listed
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out, errors.Wrapf(err, errListPools, c.conn.Address())
+}
+
+// VolumeNames lists the names of the volumes of an active pool, in two RPCs (no details).
+func (c *Client) VolumeNames(ctx context.Context, pool string) ([]string, error) {
+	var out []string
+	err := c.do(ctx, func(l rpc) error {
+		sp, err := l.StoragePoolLookupByName(pool)
+		if err != nil {
+			return err
+		}
+		svs, _, err := l.StoragePoolListAllVolumes(sp, 1, 0)
+		if err != nil {
+			return err
+		}
+		out = make([]string, 0, len(svs))
+		for _, sv := range svs {
+			out = append(out, sv.Name)
+		}
+		return nil
+	})
+	return out, errors.Wrapf(err, errListVols, pool, c.conn.Address())
+}
+
 // activePool looks up pool and fails unless it is active.
 func (c *Client) activePool(l rpc, pool string) (golibvirt.StoragePool, error) {
 	sp, err := l.StoragePoolLookupByName(pool)
@@ -390,6 +434,14 @@ type DomainDisk struct {
 	// Backing is true when Path is in the backing chain, not the disk's
 	// own source.
 	Backing bool
+	// Device is the disk's device: disk, cdrom, floppy or lun.
+	Device string
+	// Format is the disk's driver type, e.g. qcow2 or raw; "" when the XML gives none.
+	Format string
+	// ChainKnown is true when the XML lists the disk's backing chain (libvirt does for a
+	// running domain, with an empty backingStore for a disk without one); a shut-off
+	// domain's XML usually does not.
+	ChainKnown bool
 }
 
 // DomainDisks lists the disks of every domain, running or defined.
@@ -440,8 +492,13 @@ func ParseDomainDisks(doc string) ([]DomainDisk, error) {
 		if disk.Target != nil {
 			target = disk.Target.Dev
 		}
+		format := ""
+		if disk.Driver != nil {
+			format = disk.Driver.Type
+		}
 		if dd, ok := sourceDisk(disk.Source); ok {
 			dd.Domain, dd.Target = d.Name, target
+			dd.Device, dd.Format, dd.ChainKnown = disk.Device, format, disk.BackingStore != nil
 			out = append(out, dd)
 		}
 		for b := disk.BackingStore; b != nil; b = b.BackingStore {

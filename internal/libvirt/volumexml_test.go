@@ -135,6 +135,7 @@ func TestParseDomainDisks(t *testing.T) {
   <name>web-1</name>
   <devices>
     <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/>
       <source file='/pool/web-1-root.qcow2'/>
       <backingStore type='file'>
         <format type='qcow2'/>
@@ -158,10 +159,10 @@ func TestParseDomainDisks(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []DomainDisk{
-		{Domain: "web-1", Target: "vda", Path: "/pool/web-1-root.qcow2"},
+		{Domain: "web-1", Target: "vda", Path: "/pool/web-1-root.qcow2", Device: "disk", Format: "qcow2", ChainKnown: true},
 		{Domain: "web-1", Target: "vda", Path: "/pool/pkvm-base-0123.qcow2", Backing: true},
-		{Domain: "web-1", Target: "sda", Pool: "testbed", Volume: "web-1-seed.iso"},
-		{Domain: "web-1", Target: "vdb", Path: "/dev/vg/data"},
+		{Domain: "web-1", Target: "sda", Pool: "testbed", Volume: "web-1-seed.iso", Device: "cdrom"},
+		{Domain: "web-1", Target: "vdb", Path: "/dev/vg/data", Device: "disk"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseDomainDisks(): -want +got:\n%s", diff)

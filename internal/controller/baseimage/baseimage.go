@@ -1,20 +1,27 @@
 // Package baseimage reconciles BaseImages: a cloud image streamed from its URL into a storage
 // volume on the host, verified by sha256 and published atomically (internal/imagecache).
 //
+// An image is cached once per host and pool for every BaseImage, in any namespace, that asks
+// for the same bytes (sha256): the first one publishes it, the others attach to it, and each
+// is recorded on the host as an owner of the volume (internal/imagecache). Deleting a BaseImage
+// removes its owner record; the volume goes with its last owner, once no overlay uses it.
+//
 // Uploads run in the background (see jobs.go) and report progress in status. Downloads are
 // bounded by the imageSources of the host's config (internal/sourcepolicy): a refused
 // destination or an image over maxImageSizeMiB is terminal like a digest mismatch: the
 // resource shows it until the spec or the config's imageSources change. A timeout (no
 // response headers, a stalled download) is shown for a minute, then retried. An edited source
 // publishes a new volume; older volumes are kept while overlays use them and removed as soon
-// as they do not. Deleting a BaseImage is held while overlays use it.
+// as they do not. Deleting the last owner of a volume is held while overlays use it.
 package baseimage
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,10 +61,11 @@ const (
 	errLookup     = "cannot look up the image on the host"
 	errOwned      = "cannot list this BaseImage's volumes on the host"
 	errRemove     = "cannot remove volume %s"
-	errHeld       = "deletion is held: the image is still in use by %s; delete those KVMDomains (or their overlays) first"
+	errHeld       = "deletion is held: %s"
 	errFailed     = "cannot publish the image"
-	errOtherOwner = "the host already caches this image for another BaseImage: refer to that BaseImage instead, or change source"
+	errOtherOwner = "the host holds a volume of this image's name that provider-kvm did not make, or that another BaseImage owns alone"
 	errExtName    = "the crossplane.io/external-name annotation %q is not the name of this BaseImage's volume, %q: the provider derives volume names from the source, so that no resource can act on another's; remove the annotation or set it to %q"
+	errLiveness   = "cannot list BaseImages to tell stale owner records from live ones"
 	errPolicy     = "cannot use the imageSources of %s"
 	errRetryLater = "cannot publish the image; it is tried again %s after this attempt failed"
 )
@@ -72,6 +80,7 @@ const (
 	reasonUnverify event.Reason = "ImageUnverified"
 	reasonFailed   event.Reason = "ImagePublishFailed"
 	reasonRetained event.Reason = "OldImageRetained"
+	reasonShared   event.Reason = "SharedImageKept"
 )
 
 // Setup adds the BaseImage controller; it starts once the BaseImage CRD is established.
@@ -96,12 +105,13 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 			setup.WhenDomainGone(mgr.GetCache(), func(d *v1alpha1.KVMDomain) *string { return d.Spec.ForProvider.BaseImageName }),
 		},
 		ExternalName: func(mg resource.Managed) string {
-			return imagecache.VolumeName(source(mg.(*v1alpha1.BaseImage)))
+			return imagecache.ExternalName(source(mg.(*v1alpha1.BaseImage)))
 		},
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.BaseImage] {
 			return &connector{
 				jobs: js, recorder: rec,
-				conn: connection.NewConnector(mgr.GetClient(), conns, rec),
+				conn:  connection.NewConnector(mgr.GetClient(), conns, rec),
+				alive: liveness(mgr.GetAPIReader()),
 			}
 		},
 	})
@@ -109,19 +119,43 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 
 // Cache is what the external client needs of the image cache; *imagecache.Cache is one.
 type Cache interface {
-	Lookup(ctx context.Context, pool string, src imagecache.Source, ownerUID string) (imagecache.Image, error)
 	LookupVolume(ctx context.Context, pool, volume, ownerUID string) (imagecache.Image, error)
 	Publish(ctx context.Context, pool string, src imagecache.Source, owner imagecache.Owner, progress imagecache.ProgressFunc) (imagecache.Result, error)
-	Remove(ctx context.Context, pool, volume, ownerUID string) error
+	Remove(ctx context.Context, pool, volume, ownerUID string) (imagecache.Removal, error)
 	Owned(ctx context.Context, pool, ownerUID string) ([]imagecache.Image, error)
+	Sweep(ctx context.Context, pool string) (removed []string, kept map[string]error, err error)
 }
 
 type connector struct {
 	jobs     *jobs
 	recorder event.Recorder
 	conn     *connection.Connector
+	// alive tells whether a BaseImage UID still exists; nil deletes no stale owner record.
+	alive imagecache.Liveness
 	// resolver resolves image hosts; nil is the system's. Tests point names at loopback.
 	resolver imagecache.Resolver
+}
+
+// liveness tells whether a BaseImage with a UID exists, asking the API server (never a cache
+// that may not have seen a new BaseImage yet): an owner record is deleted as stale only when
+// its UID is in no BaseImage of a list taken after the record was read. UIDs seen alive are
+// remembered for the Cache's life (one reconcile, or one publish job).
+func liveness(r client.Reader) imagecache.Liveness {
+	if r == nil {
+		return nil
+	}
+	return func(ctx context.Context, uid string) (bool, error) {
+		l := &v1alpha1.BaseImageList{}
+		if err := r.List(ctx, l); err != nil {
+			return false, errors.Wrap(err, errLiveness)
+		}
+		for i := range l.Items {
+			if string(l.Items[i].GetUID()) == uid {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (managed.TypedExternalClient[*v1alpha1.BaseImage], error) {
@@ -136,8 +170,30 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	dl.Resolver = c.resolver
 	return &external{
 		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, policy: key, now: time.Now,
-		cache: imagecache.New(s.Libvirt(), dl),
+		cache: imagecache.New(s.Libvirt(), dl, imagecache.WithLiveness(rememberAlive(c.alive))),
 	}, nil
+}
+
+// rememberAlive is l remembering the UIDs it found alive, for one Cache's life (a reconcile,
+// or a publish job and its waits): a UID is never taken for gone on what was remembered.
+func rememberAlive(l imagecache.Liveness) imagecache.Liveness {
+	if l == nil {
+		return nil
+	}
+	var mu sync.Mutex
+	known := map[string]bool{}
+	return func(ctx context.Context, uid string) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if known[uid] {
+			return true, nil
+		}
+		ok, err := l(ctx, uid)
+		if ok {
+			known[uid] = true
+		}
+		return ok, err
+	}
 }
 
 // downloads compiles the imageSources of config into what the image cache enforces, and a
@@ -167,18 +223,22 @@ type external struct {
 
 func source(cr *v1alpha1.BaseImage) imagecache.Source {
 	p := cr.Spec.ForProvider
-	return imagecache.Source{URL: p.Source.URL, SHA256: p.Source.SHA256, Format: imagecache.Format(p.Format)}
+	f := imagecache.Format(p.Format)
+	if f == "" {
+		f = imagecache.FormatQCOW2
+	}
+	return imagecache.Source{URL: p.Source.URL, SHA256: p.Source.SHA256, Format: f}
 }
 
 func owner(cr *v1alpha1.BaseImage) imagecache.Owner {
 	return imagecache.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName()}
 }
 
-// checkExternalName refuses an external name that is neither the volume of the current source
-// nor the one published before the source changed (Create then moves it to the new one). The
-// volumes acted on come from the source and the ownership records, never from the annotation.
+// checkExternalName refuses an external name that is neither the one derived from the current
+// source nor the volume published before (Create then moves it to the current one). The
+// volumes acted on come from the source and the owner records, never from the annotation.
 func checkExternalName(cr *v1alpha1.BaseImage, src imagecache.Source) error {
-	n, want := meta.GetExternalName(cr), imagecache.VolumeName(src)
+	n, want := meta.GetExternalName(cr), imagecache.ExternalName(src)
 	if n == "" || n == want || n == cr.Status.AtProvider.VolumeName {
 		return nil
 	}
@@ -192,6 +252,45 @@ func (e *external) pool(cr *v1alpha1.BaseImage) string {
 	return e.defaults.Pool
 }
 
+// attached is true when img is published and this BaseImage is recorded among its owners for
+// its current source.
+func attached(img imagecache.Image, src imagecache.Source) bool {
+	o := img.Own
+	return img.State == imagecache.StatePublished && o != nil &&
+		o.SourceURL == redact(src.URL) && o.ExpectedSHA256 == src.SHA256 && o.Format == src.Format &&
+		(src.SHA256 == "" || img.Marker.SHA256 == src.SHA256)
+}
+
+// volumeFor is the volume to observe for src: the digest's for a pinned source; for an
+// unpinned one, the volume the last publish job for this source found, else the one in
+// status (whose owner record tells whether it was published for this source), else the one
+// whose owner record names this BaseImage and source (status was lost; searched only when no
+// job for the source is known, as after a restart). "" when there is none.
+func (e *external) volumeFor(ctx context.Context, cr *v1alpha1.BaseImage, pool string, src imagecache.Source, j *job) (string, error) {
+	if v := imagecache.VolumeName(src); v != "" {
+		return v, nil
+	}
+	if j != nil && j.finished() && j.err == nil && j.result.Image.Volume != "" {
+		return j.result.Image.Volume, nil
+	}
+	if at := cr.Status.AtProvider; at.VolumeName != "" && at.Pool == pool && imagecache.IsVolumeName(at.VolumeName) {
+		return at.VolumeName, nil
+	}
+	if j != nil {
+		return "", nil // a job for this source runs or failed: it tells, not a search of the pool
+	}
+	owned, err := e.cache.Owned(ctx, pool, string(cr.GetUID()))
+	if err != nil {
+		return "", errors.Wrap(err, errOwned)
+	}
+	for _, img := range owned {
+		if attached(img, src) {
+			return img.Volume, nil
+		}
+	}
+	return "", nil
+}
+
 func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalObservation, error) {
 	pool, src, uid := e.pool(cr), source(cr), string(cr.GetUID())
 	if err := checkExternalName(cr, src); err != nil && !meta.WasDeleted(cr) {
@@ -201,33 +300,33 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 		return e.observeDeleting(ctx, cr, pool)
 	}
 
-	img, err := e.cache.Lookup(ctx, pool, src, uid)
-	if imagecache.IsOwnedByOther(err) {
-		return managed.ExternalObservation{}, errors.Wrap(err, errOtherOwner)
-	}
-	if err != nil {
-		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
-	}
-
 	j := e.jobs.get(cr.GetUID())
 	if j != nil && (j.src != src || j.policy != e.policy) {
 		j = nil // a job for an earlier source or imageSources; Create replaces it
 	}
-
-	if img.State == imagecache.StatePublished {
-		if j != nil && j.finished() {
-			e.announce(cr, j)
-			e.jobs.forget(cr.GetUID())
-		}
-		e.published(cr, pool, img)
-		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: len(cr.Status.AtProvider.RetainedVolumes) == 0}, nil
+	vol, err := e.volumeFor(ctx, cr, pool, src, j)
+	if err != nil {
+		return managed.ExternalObservation{}, err
 	}
-
+	if vol != "" {
+		img, err := e.cache.LookupVolume(ctx, pool, vol, uid)
+		if err != nil {
+			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
+		}
+		if attached(img, src) {
+			if j != nil && j.finished() {
+				e.announce(cr, j)
+				e.jobs.forget(cr.GetUID())
+			}
+			e.published(cr, pool, src, img)
+			return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: len(cr.Status.AtProvider.RetainedVolumes) == 0}, nil
+		}
+	}
 	return e.observeJob(cr, j)
 }
 
-// observeDeleting reports whether any volume of this BaseImage is left for Delete: those its
-// records name, and those it retained after a source change.
+// observeDeleting reports whether any volume of this BaseImage is left for Delete: those it
+// owns, and those it retained after a source change.
 func (e *external) observeDeleting(ctx context.Context, cr *v1alpha1.BaseImage, pool string) (managed.ExternalObservation, error) {
 	uid := string(cr.GetUID())
 	owned, err := e.cache.Owned(ctx, pool, uid)
@@ -238,16 +337,17 @@ func (e *external) observeDeleting(ctx context.Context, cr *v1alpha1.BaseImage, 
 	for _, pv := range cr.Status.AtProvider.RetainedVolumes {
 		p, vol, _ := strings.Cut(pv, "/")
 		img, err := e.cache.LookupVolume(ctx, p, vol, uid)
-		if err != nil && !imagecache.IsOwnedByOther(err) {
+		if err != nil {
 			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
 		}
-		exists = exists || (err == nil && img.State != imagecache.StateAbsent)
+		exists = exists || img.HasOwn || (img.State != imagecache.StateAbsent && img.Owner.UID == uid)
 	}
 	return managed.ExternalObservation{ResourceExists: exists}, nil
 }
 
-// observeJob observes an image that is absent or debris on the host: its upload is running,
-// has failed, or must (re)start.
+// observeJob observes an image this BaseImage is not attached to: its publish job is running
+// (uploading, or waiting for another BaseImage's upload of the same bytes), has failed, or
+// must (re)start.
 func (e *external) observeJob(cr *v1alpha1.BaseImage, j *job) (managed.ExternalObservation, error) {
 	switch {
 	case j == nil:
@@ -256,6 +356,11 @@ func (e *external) observeJob(cr *v1alpha1.BaseImage, j *job) (managed.ExternalO
 		cr.Status.AtProvider.Upload = &v1alpha1.UploadProgress{BytesDone: j.bytesDone.Load(), BytesTotal: j.bytesTotal.Load()}
 		cr.SetConditions(xpv2.Creating())
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, nil
+	case j.err != nil && imagecache.IsOwnedByOther(j.err):
+		cr.Status.AtProvider.Upload = nil
+		cr.SetConditions(xpv2.Unavailable().WithMessage(errOtherOwner))
+		e.jobs.forget(cr.GetUID())
+		return managed.ExternalObservation{}, errors.Wrap(j.err, errOtherOwner)
 	case j.err != nil && imagecache.IsTerminal(j.err):
 		// Retrying the same source (under the same imageSources) cannot help: show why until
 		// the spec or the config's imageSources change.
@@ -277,8 +382,10 @@ func (e *external) observeJob(cr *v1alpha1.BaseImage, j *job) (managed.ExternalO
 	}
 }
 
-// published records a published image in status and remembers the volume it replaces.
-func (e *external) published(cr *v1alpha1.BaseImage, pool string, img imagecache.Image) {
+// published records a published image in status and remembers the volume it replaces. What it
+// shows comes from the image's bytes (digest, sizes) and from this BaseImage's own records;
+// never where another owner, maybe of another namespace, downloaded it from.
+func (e *external) published(cr *v1alpha1.BaseImage, pool string, src imagecache.Source, img imagecache.Image) {
 	at := &cr.Status.AtProvider
 	if at.VolumeName != "" && (at.VolumeName != img.Volume || at.Pool != pool) {
 		old := at.Pool + "/" + at.VolumeName
@@ -288,24 +395,39 @@ func (e *external) published(cr *v1alpha1.BaseImage, pool string, img imagecache
 	}
 	at.VolumeName, at.Pool, at.Path, at.Upload = img.Volume, pool, img.Path, nil
 	if r := img.Marker; r != nil {
-		at.SHA256, at.Verified, at.SizeBytes, at.VirtualSizeBytes = r.SHA256, r.Verified, r.SizeBytes, r.VirtualSizeBytes
-		at.SourceURL = r.SourceURL
-		if r.FinalURL != "" {
-			at.SourceURL = r.FinalURL
-		}
+		at.SHA256, at.SizeBytes, at.VirtualSizeBytes = r.SHA256, r.SizeBytes, r.VirtualSizeBytes
+		at.Verified = src.SHA256 != "" && r.SHA256 == src.SHA256
+	}
+	at.SourceURL = img.Own.SourceURL
+	if m := img.Marker; m != nil && m.Owner.UID == string(cr.GetUID()) && m.FinalURL != "" {
+		at.SourceURL = m.FinalURL // this BaseImage downloaded the bytes: where they came from
 	}
 	cr.SetConditions(xpv2.Available())
 }
 
-// announce emits the events of a finished upload: throughput, and a warning when the image
-// was not verified against an expected digest.
+// redact is the URL as records hold it: without password.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	return u.Redacted()
+}
+
+// announce emits the events of a finished publish: throughput of an upload, that the image
+// was attached to a volume already cached, and a warning when it was not verified against an
+// expected digest.
 func (e *external) announce(cr *v1alpha1.BaseImage, j *job) {
-	if j.err != nil || j.result.Reused {
+	if j.err != nil {
 		return
 	}
 	r := j.result
-	e.recorder.Event(cr, event.Normal(reasonUpload, fmt.Sprintf("Published %s: %d bytes in %s (%.1f MiB/s), sha256 %s",
-		r.Image.Volume, r.Bytes, r.Duration.Round(time.Millisecond), r.BytesPerSecond()/(1<<20), sha(r.Image))))
+	if r.Reused {
+		e.recorder.Event(cr, event.Normal(reasonUpload, fmt.Sprintf("Attached to %s, already cached on the host with sha256 %s", r.Image.Volume, sha(r.Image))))
+	} else {
+		e.recorder.Event(cr, event.Normal(reasonUpload, fmt.Sprintf("Published %s: %d bytes in %s (%.1f MiB/s), sha256 %s",
+			r.Image.Volume, r.Bytes, r.Duration.Round(time.Millisecond), r.BytesPerSecond()/(1<<20), sha(r.Image))))
+	}
 	if cr.Spec.ForProvider.Source.SHA256 == "" {
 		e.recorder.Event(cr, event.Warning(reasonUnverify, errors.Errorf(
 			"the image is unverified: spec.forProvider.source.sha256 is not set; pin it to %s if that is the image you expect", sha(r.Image))))
@@ -321,8 +443,8 @@ func sha(img imagecache.Image) string {
 
 func (e *external) Create(_ context.Context, cr *v1alpha1.BaseImage) (managed.ExternalCreation, error) {
 	pool, src, own := e.pool(cr), source(cr), owner(cr)
-	// The external name follows the volume of the current source.
-	meta.SetExternalName(cr, imagecache.VolumeName(src))
+	// The external name follows the current source.
+	meta.SetExternalName(cr, imagecache.ExternalName(src))
 	// The publish job outlives this reconcile, so it runs on a context of its own (jobs.start).
 	e.jobs.start(cr.GetUID(), types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, src, e.policy, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) { //nolint:contextcheck // see above
 		return e.cache.Publish(ctx, pool, src, own, progress)
@@ -331,13 +453,17 @@ func (e *external) Create(_ context.Context, cr *v1alpha1.BaseImage) (managed.Ex
 	return managed.ExternalCreation{}, nil
 }
 
-// Update removes volumes of earlier sources that no overlay uses any more.
+// Update detaches from volumes of earlier sources, which are removed once no owner is left
+// and no overlay uses them.
 func (e *external) Update(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalUpdate, error) {
 	at := &cr.Status.AtProvider
 	var keep []string
 	for _, pv := range at.RetainedVolumes {
 		pool, vol, _ := strings.Cut(pv, "/")
-		err := e.cache.Remove(ctx, pool, vol, string(cr.GetUID()))
+		if pool == at.Pool && vol == at.VolumeName {
+			continue // the source went back to it
+		}
+		_, err := e.cache.Remove(ctx, pool, vol, string(cr.GetUID()))
 		switch {
 		case imagecache.IsInUse(err):
 			keep = append(keep, pv)
@@ -346,13 +472,15 @@ func (e *external) Update(ctx context.Context, cr *v1alpha1.BaseImage) (managed.
 		}
 	}
 	if len(keep) > 0 {
-		e.recorder.Event(cr, event.Normal(reasonRetained, "Keeping "+strings.Join(keep, ", ")+": overlays still use it; it is removed once they are gone"))
+		e.recorder.Event(cr, event.Normal(reasonRetained, "Keeping "+strings.Join(keep, ", ")+": overlays still use it (or that cannot be ruled out); it is removed once they are gone"))
 	}
 	at.RetainedVolumes = keep
 	return managed.ExternalUpdate{}, nil
 }
 
-// Delete removes every volume of this BaseImage; it is held while any is in use.
+// Delete detaches this BaseImage from every volume it owns; a volume it was the last owner of
+// is removed, and the deletion is held while an overlay uses such a volume (or that cannot be
+// ruled out). Volumes other BaseImages own are kept for them.
 func (e *external) Delete(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalDelete, error) {
 	cr.SetConditions(xpv2.Deleting())
 	e.jobs.forget(cr.GetUID())
@@ -369,22 +497,39 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.BaseImage) (managed.
 	for _, img := range owned {
 		targets[pool+"/"+img.Volume] = true
 	}
-	var users []string
+	var held []string
 	for pv := range targets {
 		p, vol, _ := strings.Cut(pv, "/")
-		err := e.cache.Remove(ctx, p, vol, uid)
+		r, err := e.cache.Remove(ctx, p, vol, uid)
 		var inUse *imagecache.InUseError
 		switch {
 		case errors.As(err, &inUse):
-			users = append(users, inUse.Users...)
+			held = append(held, inUse.Error())
 		case err != nil && !imagecache.IsOwnedByOther(err):
 			return managed.ExternalDelete{}, errors.Wrapf(err, errRemove, pv)
+		case r.Kept:
+			e.recorder.Event(cr, event.Normal(reasonShared, fmt.Sprintf("Detached from %s; it stays cached for %d other BaseImage(s)", pv, r.Owners)))
 		}
 	}
-	if len(users) > 0 {
-		return managed.ExternalDelete{}, errors.Errorf(errHeld, strings.Join(users, ", "))
+	if len(held) > 0 {
+		return managed.ExternalDelete{}, errors.Errorf(errHeld, strings.Join(held, "; "))
 	}
+	e.sweep(ctx, cr, pool)
 	return managed.ExternalDelete{}, nil
+}
+
+// sweep cleans the pool of owner records of BaseImages gone from the cluster, and of volumes
+// they leave without owners and unused, so that nothing waits for a BaseImage that will never
+// be deleted (lost with its cluster, or deleted without its finalizer). It is best effort: a
+// deletion does not wait for it, and what it cannot do is tried at the next one.
+func (e *external) sweep(ctx context.Context, cr *v1alpha1.BaseImage, pool string) {
+	removed, _, err := e.cache.Sweep(ctx, pool)
+	if err != nil {
+		e.recorder.Event(cr, event.Warning(reasonShared, errors.Wrapf(err, "cannot clean up stale owner records in pool %s", pool)))
+	}
+	if len(removed) > 0 {
+		e.recorder.Event(cr, event.Normal(reasonShared, fmt.Sprintf("Removed %d cached image volume(s) of pool %s that no BaseImage owns any more", len(removed), pool)))
+	}
 }
 
 func (e *external) Disconnect(context.Context) error { return nil }

@@ -2,6 +2,7 @@ package baseimage
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,8 +22,12 @@ import (
 // absentCache is a host where no image is cached.
 type absentCache struct{ Cache }
 
-func (absentCache) Lookup(_ context.Context, pool string, src imagecache.Source, _ string) (imagecache.Image, error) {
-	return imagecache.Image{State: imagecache.StateAbsent, Pool: pool, Volume: imagecache.VolumeName(src)}, nil
+func (absentCache) LookupVolume(_ context.Context, pool, volume, _ string) (imagecache.Image, error) {
+	return imagecache.Image{State: imagecache.StateAbsent, Pool: pool, Volume: volume}, nil
+}
+
+func (absentCache) Owned(context.Context, string, string) ([]imagecache.Image, error) {
+	return nil, nil
 }
 
 func TestObserveFailedDownload(t *testing.T) {
@@ -138,5 +143,34 @@ func TestJobsTellWhenFinished(t *testing.T) {
 				t.Error("told before the job's result was set")
 			}
 		})
+	}
+}
+
+// A job that replaces a cancelled one of the same BaseImage starts only once that one ended:
+// the cancelled one's cleanup (its claim, data, owner record) never runs under the new one.
+func TestJobsReplaceAfterTheCancelledOneEnded(t *testing.T) {
+	js := newJobs(nil)
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); defer mu.Unlock(); order = append(order, s) }
+	old := js.start("uid-1", types.NamespacedName{}, imagecache.Source{URL: "https://example.org/a.qcow2"}, "", func(ctx context.Context, _ imagecache.ProgressFunc) (imagecache.Result, error) {
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond) // cleaning up
+		note("old ended")
+		return imagecache.Result{}, ctx.Err()
+	})
+	next := js.start("uid-1", types.NamespacedName{}, imagecache.Source{URL: "https://example.org/b.qcow2"}, "", func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+		note("new started")
+		return imagecache.Result{}, nil
+	})
+	for _, j := range []*job{old, next} {
+		select {
+		case <-j.done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a job did not end")
+		}
+	}
+	if diff := cmp.Diff([]string{"old ended", "new started"}, order); diff != "" {
+		t.Errorf("order: -want +got:\n%s", diff)
 	}
 }

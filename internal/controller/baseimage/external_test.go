@@ -23,20 +23,14 @@ import (
 // fakeCache is a Cache made of function fields; a nil field fails the test if called.
 type fakeCache struct {
 	t            *testing.T
-	lookup       func(pool string, src imagecache.Source) (imagecache.Image, error)
 	lookupVolume func(pool, volume string) (imagecache.Image, error)
 	publish      func(pool string, src imagecache.Source) (imagecache.Result, error)
-	remove       func(pool, volume string) error
+	remove       func(pool, volume string) (imagecache.Removal, error)
 	owned        func(pool string) ([]imagecache.Image, error)
 	removed      []string
+	swept        int
 }
 
-func (f *fakeCache) Lookup(_ context.Context, pool string, src imagecache.Source, _ string) (imagecache.Image, error) {
-	if f.lookup == nil {
-		f.t.Fatal("unexpected Lookup")
-	}
-	return f.lookup(pool, src)
-}
 func (f *fakeCache) LookupVolume(_ context.Context, pool, volume, _ string) (imagecache.Image, error) {
 	if f.lookupVolume == nil {
 		f.t.Fatal("unexpected LookupVolume")
@@ -50,15 +44,24 @@ func (f *fakeCache) Publish(_ context.Context, pool string, src imagecache.Sourc
 	}
 	return f.publish(pool, src)
 }
-func (f *fakeCache) Remove(_ context.Context, pool, volume, _ string) error {
+func (f *fakeCache) Remove(_ context.Context, pool, volume, _ string) (imagecache.Removal, error) {
 	if f.remove == nil {
 		f.t.Fatal("unexpected Remove")
 	}
-	err := f.remove(pool, volume)
+	r, err := f.remove(pool, volume)
 	if err == nil {
 		f.removed = append(f.removed, pool+"/"+volume)
 	}
-	return err
+	return r, err
+}
+
+// removes is a remove func that returns err (nil: the volume went).
+func removes(err error) func(string, string) (imagecache.Removal, error) {
+	return func(string, string) (imagecache.Removal, error) { return imagecache.Removal{}, err }
+}
+func (f *fakeCache) Sweep(context.Context, string) ([]string, map[string]error, error) {
+	f.swept++
+	return nil, nil, nil
 }
 func (f *fakeCache) Owned(_ context.Context, pool, _ string) ([]imagecache.Image, error) {
 	if f.owned == nil {
@@ -73,7 +76,8 @@ const (
 )
 
 var (
-	src     = imagecache.Source{URL: testURL, Format: imagecache.Format(v1alpha1.ImageFormatQCOW2)}
+	digest  = strings.Repeat("a", 64)
+	src     = imagecache.Source{URL: testURL, SHA256: digest, Format: imagecache.Format(v1alpha1.ImageFormatQCOW2)}
 	volume  = imagecache.VolumeName(src)
 	errBoom = errors.New("boom")
 )
@@ -81,6 +85,7 @@ var (
 func image(opts ...func(*v1alpha1.BaseImage)) *v1alpha1.BaseImage {
 	b := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "debian", UID: types.UID(uid)}}
 	b.Spec.ForProvider.Source.URL = testURL
+	b.Spec.ForProvider.Source.SHA256 = digest
 	b.Spec.ForProvider.Format = v1alpha1.ImageFormatQCOW2
 	meta.SetExternalName(b, volume)
 	for _, o := range opts {
@@ -94,9 +99,29 @@ func retaining(pv ...string) func(*v1alpha1.BaseImage) {
 	return func(b *v1alpha1.BaseImage) { b.Status.AtProvider.RetainedVolumes = pv }
 }
 
+// unpinned drops the sha256 of the source.
+func unpinned(b *v1alpha1.BaseImage) {
+	b.Spec.ForProvider.Source.SHA256 = ""
+	meta.SetExternalName(b, imagecache.ExternalName(source(b)))
+}
+
+// published is the image published by another namespace's BaseImage from another URL, with an
+// owner record of ours for src.
 func published() imagecache.Image {
-	return imagecache.Image{State: imagecache.StatePublished, Pool: "default", Volume: volume, Path: "/pool/" + volume,
-		Marker: &imagecache.Record{SHA256: strings.Repeat("a", 64), Verified: true, SizeBytes: 10, VirtualSizeBytes: 20, SourceURL: testURL}}
+	return imagecache.Image{State: imagecache.StatePublished, Pool: "default", Volume: volume, Path: "/pool/" + volume, HasOwn: true,
+		Owner:  imagecache.Owner{UID: "other-uid", Namespace: "team-b", Name: "theirs"},
+		Marker: &imagecache.Record{SHA256: digest, Verified: true, SizeBytes: 10, VirtualSizeBytes: 20, SourceURL: "https://mirror.team-b.internal/secret-path.qcow2", Owner: imagecache.Owner{UID: "other-uid"}},
+		Own:    &imagecache.Record{State: imagecache.RecordOwner, SourceURL: testURL, ExpectedSHA256: digest, Format: imagecache.FormatQCOW2}}
+}
+
+// withOwn is img with the owner record asking for s, or none (nil).
+func withOwn(img imagecache.Image, s *imagecache.Source) imagecache.Image {
+	if s == nil {
+		img.Own, img.HasOwn = nil, false
+		return img
+	}
+	img.Own = &imagecache.Record{State: imagecache.RecordOwner, SourceURL: s.URL, ExpectedSHA256: s.SHA256, Format: s.Format}
+	return img
 }
 
 func newExternal(c Cache) *external {
@@ -146,7 +171,7 @@ func TestObserve(t *testing.T) {
 			reason: "nothing on the host and no job: Create publishes",
 			cr:     image(),
 			cache: func(t *testing.T) *fakeCache {
-				return &fakeCache{t: t, lookup: func(string, imagecache.Source) (imagecache.Image, error) {
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
 					return imagecache.Image{State: imagecache.StateAbsent}, nil
 				}}
 			},
@@ -156,7 +181,7 @@ func TestObserve(t *testing.T) {
 			reason: "a published image is Ready with its volume in status",
 			cr:     image(),
 			cache: func(t *testing.T) *fakeCache {
-				return &fakeCache{t: t, lookup: func(string, imagecache.Source) (imagecache.Image, error) { return published(), nil }}
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) { return published(), nil }}
 			},
 			want: result{Obs: managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, Ready: string(xpv2.ReasonAvailable), Volume: volume},
 		},
@@ -166,25 +191,86 @@ func TestObserve(t *testing.T) {
 				b.Status.AtProvider.VolumeName, b.Status.AtProvider.Pool = "pkvm-base-old.qcow2", "default"
 			}),
 			cache: func(t *testing.T) *fakeCache {
-				return &fakeCache{t: t, lookup: func(string, imagecache.Source) (imagecache.Image, error) { return published(), nil }}
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) { return published(), nil }}
 			},
 			want: result{Obs: managed.ExternalObservation{ResourceExists: true}, Ready: string(xpv2.ReasonAvailable), Volume: volume, Retained: []string{"default/pkvm-base-old.qcow2"}},
 		},
-		"OwnedByOther": {
-			reason: "an image another BaseImage owns is refused",
+		"PublishedNotAttached": {
+			reason: "a volume of the digest cached for other BaseImages: Create attaches this one",
 			cr:     image(),
 			cache: func(t *testing.T) *fakeCache {
-				return &fakeCache{t: t, lookup: func(string, imagecache.Source) (imagecache.Image, error) {
-					return imagecache.Image{}, &imagecache.OwnedByOtherError{Volume: volume, Owner: imagecache.Owner{UID: "other"}}
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) { return withOwn(published(), nil), nil }}
+			},
+			want: result{},
+		},
+		"AttachedForAnotherSource": {
+			reason: "an owner record for an earlier URL: Create records the current one",
+			cr:     image(),
+			cache: func(t *testing.T) *fakeCache {
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
+					return withOwn(published(), &imagecache.Source{URL: "https://example.org/old.qcow2", SHA256: digest, Format: imagecache.FormatQCOW2}), nil
 				}}
 			},
-			errSub: errOtherOwner, want: result{Err: errOtherOwner},
+			want: result{},
+		},
+		"UnpinnedFromStatus": {
+			reason: "an unpinned image is observed on the volume in status, attached for this URL",
+			cr: image(unpinned, func(b *v1alpha1.BaseImage) {
+				b.Status.AtProvider.VolumeName, b.Status.AtProvider.Pool = volume, "default"
+			}),
+			cache: func(t *testing.T) *fakeCache {
+				return &fakeCache{t: t, lookupVolume: func(_, v string) (imagecache.Image, error) {
+					if v != volume {
+						t.Errorf("LookupVolume(%s), want the volume in status", v)
+					}
+					return withOwn(published(), &imagecache.Source{URL: testURL, Format: imagecache.FormatQCOW2}), nil
+				}}
+			},
+			want: result{Obs: managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, Ready: string(xpv2.ReasonAvailable), Volume: volume},
+		},
+		"UnpinnedURLChanged": {
+			reason: "an unpinned image whose URL changed: its volume was published for the old one, publish again",
+			cr: image(unpinned, func(b *v1alpha1.BaseImage) {
+				b.Status.AtProvider.VolumeName, b.Status.AtProvider.Pool = volume, "default"
+			}),
+			cache: func(t *testing.T) *fakeCache {
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
+					return withOwn(published(), &imagecache.Source{URL: "https://example.org/old.qcow2", Format: imagecache.FormatQCOW2}), nil
+				}}
+			},
+			want: result{Volume: volume},
+		},
+		"UnpinnedStatusLost": {
+			reason: "an unpinned image without status finds its volume by its owner record",
+			cr:     image(unpinned),
+			cache: func(t *testing.T) *fakeCache {
+				img := withOwn(published(), &imagecache.Source{URL: testURL, Format: imagecache.FormatQCOW2})
+				return &fakeCache{t: t, owned: func(string) ([]imagecache.Image, error) { return []imagecache.Image{img}, nil },
+					lookupVolume: func(string, string) (imagecache.Image, error) { return img, nil }}
+			},
+			want: result{Obs: managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, Ready: string(xpv2.ReasonAvailable), Volume: volume},
+		},
+		"JobFoundOwnedByOther": {
+			reason: "a data volume of the digest's name that no record names is refused",
+			cr:     image(),
+			cache: func(t *testing.T) *fakeCache {
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
+					return imagecache.Image{State: imagecache.StateDebris}, nil
+				}}
+			},
+			job: func(e *external) {
+				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+					return imagecache.Result{}, &imagecache.OwnedByOtherError{Volume: volume}
+				})
+				<-j.done
+			},
+			errSub: errOtherOwner, want: result{Err: errOtherOwner, Ready: string(xpv2.ReasonUnavailable)},
 		},
 		"LookupFails": {
 			reason: "a failed lookup is an error",
 			cr:     image(),
 			cache: func(t *testing.T) *fakeCache {
-				return &fakeCache{t: t, lookup: func(string, imagecache.Source) (imagecache.Image, error) { return imagecache.Image{}, errBoom }}
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) { return imagecache.Image{}, errBoom }}
 			},
 			errSub: errLookup, want: result{Err: errLookup},
 		},
@@ -192,7 +278,7 @@ func TestObserve(t *testing.T) {
 			reason: "a running upload shows progress and is up to date",
 			cr:     image(),
 			cache: func(t *testing.T) *fakeCache {
-				return &fakeCache{t: t, lookup: func(string, imagecache.Source) (imagecache.Image, error) {
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
 					return imagecache.Image{State: imagecache.StateDebris}, nil
 				}}
 			},
@@ -209,7 +295,7 @@ func TestObserve(t *testing.T) {
 			reason: "a job for another source is not this one's: publish again",
 			cr:     image(),
 			cache: func(t *testing.T) *fakeCache {
-				return &fakeCache{t: t, lookup: func(string, imagecache.Source) (imagecache.Image, error) {
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
 					return imagecache.Image{State: imagecache.StateAbsent}, nil
 				}}
 			},
@@ -225,7 +311,7 @@ func TestObserve(t *testing.T) {
 			reason: "a failed upload worth retrying starts again",
 			cr:     image(),
 			cache: func(t *testing.T) *fakeCache {
-				return &fakeCache{t: t, lookup: func(string, imagecache.Source) (imagecache.Image, error) {
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
 					return imagecache.Image{State: imagecache.StateDebris}, nil
 				}}
 			},
@@ -259,9 +345,7 @@ func TestObserve(t *testing.T) {
 			cr:     image(deleted, retaining("default/pkvm-base-old.qcow2")),
 			cache: func(t *testing.T) *fakeCache {
 				return &fakeCache{t: t, owned: func(string) ([]imagecache.Image, error) { return nil, nil },
-					lookupVolume: func(string, string) (imagecache.Image, error) {
-						return imagecache.Image{}, &imagecache.OwnedByOtherError{Owner: imagecache.Owner{UID: "x"}}
-					}}
+					lookupVolume: func(string, string) (imagecache.Image, error) { return withOwn(published(), nil), nil }}
 			},
 			want: result{Retained: []string{"default/pkvm-base-old.qcow2"}},
 		},
@@ -291,6 +375,36 @@ func TestObserve(t *testing.T) {
 			got := observe(t, e, tc.cr, tc.errSub)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// TestPublishedShowsOwnRecords: a BaseImage attached to a volume another namespace's
+// BaseImage published shows the digest and sizes of the bytes, its own URL (never where the
+// other one downloaded from), and whether its own spec pinned the digest.
+func TestPublishedShowsOwnRecords(t *testing.T) {
+	cases := map[string]struct {
+		cr           *v1alpha1.BaseImage
+		img          imagecache.Image
+		wantURL      string
+		wantVerified bool
+	}{
+		"PinnedAttached": {cr: image(), img: published(), wantURL: testURL, wantVerified: true},
+		"UnpinnedAttached": {cr: image(unpinned), img: withOwn(published(), &imagecache.Source{URL: testURL, Format: imagecache.FormatQCOW2}),
+			wantURL: testURL, wantVerified: false},
+		"PublishedByUs": {cr: image(), img: func() imagecache.Image {
+			img := published()
+			img.Marker.Owner, img.Marker.FinalURL = imagecache.Owner{UID: uid}, "https://cdn.example.org/debian.qcow2"
+			return img
+		}(), wantURL: "https://cdn.example.org/debian.qcow2", wantVerified: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			newExternal(&fakeCache{t: t}).published(tc.cr, "default", source(tc.cr), tc.img)
+			at := tc.cr.Status.AtProvider
+			if diff := cmp.Diff([]any{tc.wantURL, tc.wantVerified, digest, int64(10)}, []any{at.SourceURL, at.Verified, at.SHA256, at.SizeBytes}); diff != "" {
+				t.Errorf("published(): -want, +got:\n%s", diff)
 			}
 		})
 	}
@@ -327,27 +441,27 @@ func TestUpdate(t *testing.T) {
 	cases := map[string]struct {
 		reason   string
 		retained []string
-		remove   func(pool, volume string) error
+		remove   func(pool, volume string) (imagecache.Removal, error)
 		wantErr  string
 		wantKeep []string
 		wantGone []string
 	}{
 		"Unused": {
 			reason: "an old volume nothing uses goes", retained: []string{"default/a"},
-			remove: func(string, string) error { return nil }, wantGone: []string{"default/a"},
+			remove: removes(nil), wantGone: []string{"default/a"},
 		},
 		"InUse": {
 			reason: "an old volume an overlay uses is kept", retained: []string{"default/a"},
-			remove:   func(string, string) error { return &imagecache.InUseError{Volume: "a", Users: []string{"ns_vm"}} },
+			remove:   removes(&imagecache.InUseError{Volume: "a", Users: []string{"ns_vm"}}),
 			wantKeep: []string{"default/a"},
 		},
 		"OwnedByOther": {
 			reason: "an old volume another owns is forgotten, not removed", retained: []string{"default/a"},
-			remove: func(string, string) error { return &imagecache.OwnedByOtherError{Owner: imagecache.Owner{UID: "x"}} },
+			remove: removes(&imagecache.OwnedByOtherError{Owner: imagecache.Owner{UID: "x"}}),
 		},
 		"Fails": {
 			reason: "a failed removal is an error", retained: []string{"default/a"},
-			remove: func(string, string) error { return errBoom }, wantErr: "cannot remove volume default/a",
+			remove: removes(errBoom), wantErr: "cannot remove volume default/a",
 			wantKeep: []string{"default/a"},
 		},
 	}
@@ -375,26 +489,38 @@ func TestDelete(t *testing.T) {
 		reason   string
 		retained []string
 		owned    []imagecache.Image
-		remove   func(pool, volume string) error
+		remove   func(pool, volume string) (imagecache.Removal, error)
 		wantErr  string
 		wantGone []string
 	}{
 		"OwnedAndRetained": {
 			reason: "every volume of this BaseImage goes", retained: []string{"default/old"}, owned: []imagecache.Image{published()},
-			remove: func(string, string) error { return nil }, wantGone: []string{"default/old", "default/" + volume},
+			remove: removes(nil), wantGone: []string{"default/old", "default/" + volume},
 		},
 		"Held": {
 			reason: "deletion is held while an overlay uses the image", owned: []imagecache.Image{published()},
-			remove:  func(string, string) error { return &imagecache.InUseError{Volume: volume, Users: []string{"ns_vm"}} },
-			wantErr: "deletion is held: the image is still in use by ns_vm",
+			remove:  removes(&imagecache.InUseError{Volume: volume, Users: []string{"ns_vm"}}),
+			wantErr: "deletion is held: volume " + volume + " in pool  is in use by ns_vm",
+		},
+		"HeldUnsure": {
+			reason: "deletion is held while an overlay cannot be ruled out", owned: []imagecache.Image{published()},
+			remove:  removes(&imagecache.InUseError{Volume: volume, Doubts: []string{"pool cold is inactive"}}),
+			wantErr: "cannot rule out that an overlay backs onto it: pool cold is inactive",
+		},
+		"SharedKept": {
+			reason: "a volume other BaseImages own: only this one's owner record goes", owned: []imagecache.Image{published()},
+			remove: func(string, string) (imagecache.Removal, error) {
+				return imagecache.Removal{Kept: true, Owners: 2}, nil
+			},
+			wantGone: []string{"default/" + volume},
 		},
 		"OwnedByOther": {
 			reason: "a retained volume another owns is left alone", retained: []string{"default/old"},
-			remove: func(string, string) error { return &imagecache.OwnedByOtherError{Owner: imagecache.Owner{UID: "x"}} },
+			remove: removes(&imagecache.OwnedByOtherError{Owner: imagecache.Owner{UID: "x"}}),
 		},
 		"Fails": {
 			reason: "a failed removal is an error", owned: []imagecache.Image{published()},
-			remove: func(string, string) error { return errBoom }, wantErr: "cannot remove volume default/" + volume,
+			remove: removes(errBoom), wantErr: "cannot remove volume default/" + volume,
 		},
 	}
 	for name, tc := range cases {
@@ -414,6 +540,10 @@ func TestDelete(t *testing.T) {
 			}
 			if diff := cmp.Diff([]any{tc.wantErr, tc.wantGone}, []any{gotErr, gone}); diff != "" {
 				t.Errorf("%s\nDelete(): -want, +got:\n%s", tc.reason, diff)
+			}
+			// The pool is swept of stale owners once this BaseImage is detached from everything.
+			if wantSwept := tc.wantErr == ""; (c.swept == 1) != wantSwept {
+				t.Errorf("%s\nDelete() swept the pool %d times, want it swept: %v", tc.reason, c.swept, wantSwept)
 			}
 		})
 	}

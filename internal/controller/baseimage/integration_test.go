@@ -2,6 +2,7 @@ package baseimage
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/testbed"
 	"github.com/provider-kvm/provider-kvm/internal/testenv"
@@ -54,6 +56,11 @@ func qcow2(t *testing.T, dir, name string, sizeMiB int) ([]byte, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Bytes of this run alone (trailing bytes keep it a valid qcow2): its volume, named by its
+	// digest, is not one an earlier run left.
+	tail := make([]byte, 512)
+	_, _ = rand.Read(tail)
+	b = append(b, tail...)
 	sum := sha256.Sum256(b)
 	return b, hex.EncodeToString(sum[:])
 }
@@ -73,7 +80,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	imgB, shaB := qcow2(t, dir, "b.qcow2", 96)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
-		case "/a.qcow2":
+		case "/a.qcow2", "/mirror/a.qcow2":
 			_, _ = w.Write(imgA)
 		case "/b.qcow2":
 			_, _ = w.Write(imgB)
@@ -175,6 +182,117 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		// on the host, so the test goes on meanwhile.
 		if err := kube.Delete(ctx, bi); err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	ownerRecords := func(vol string) []string {
+		t.Helper()
+		names, err := lv.VolumeNames(ctx, tb.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range names {
+			if strings.HasPrefix(n, vol+imagecache.OwnerInfix) {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	gone := func(bi *v1alpha1.BaseImage) func() error {
+		return func() error {
+			if err := get(bi); !kerrors.IsNotFound(err) {
+				return fmt.Errorf("still present (%v): Synced %q", err, bi.GetCondition(xpv2.TypeSynced).Message)
+			}
+			return nil
+		}
+	}
+	volumeExists := func(vol string) bool {
+		_, err := lv.Volume(ctx, tb.Pool, vol)
+		if err != nil && !libvirt.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	t.Run("TwoNamespacesShareOneVolume", func(t *testing.T) {
+		env.Namespace(t, "team-b")
+		mine := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "images", Name: "shared"},
+			Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: srv.URL + "/a.qcow2", SHA256: shaA}}}}
+		theirs := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "debian-12"},
+			Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: srv.URL + "/mirror/a.qcow2", SHA256: shaA}}}}
+		for _, bi := range []*v1alpha1.BaseImage{mine, theirs} {
+			if err := kube.Create(ctx, bi); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testenv.Eventually(t, 2*time.Minute, "both Ready", func() error {
+			for _, bi := range []*v1alpha1.BaseImage{mine, theirs} {
+				if err := readyWith(bi, shaA)(); err != nil {
+					return fmt.Errorf("%s/%s: %w", bi.Namespace, bi.Name, err)
+				}
+			}
+			return nil
+		})
+		vol := mine.Status.AtProvider.VolumeName
+		if theirs.Status.AtProvider.VolumeName != vol || mine.Status.AtProvider.Path != theirs.Status.AtProvider.Path {
+			t.Fatalf("volumes %s and %s, want one shared volume", vol, theirs.Status.AtProvider.VolumeName)
+		}
+		if theirs.Status.AtProvider.SourceURL != srv.URL+"/mirror/a.qcow2" || !theirs.Status.AtProvider.Verified {
+			t.Errorf("team-b's status shows source %q verified %v, want its own URL, verified", theirs.Status.AtProvider.SourceURL, theirs.Status.AtProvider.Verified)
+		}
+		if got := ownerRecords(vol); len(got) != 2 {
+			t.Fatalf("owner records %v, want two", got)
+		}
+		// Deleting either keeps the volume for the other.
+		if err := kube.Delete(ctx, mine); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "images/shared deleted", gone(mine))
+		if !volumeExists(vol) || len(ownerRecords(vol)) != 1 {
+			t.Fatalf("after deleting one owner: volume exists %v, owner records %v", volumeExists(vol), ownerRecords(vol))
+		}
+		if err := readyWith(theirs, shaA)(); err != nil {
+			t.Fatalf("team-b's BaseImage after images/shared was deleted: %v", err)
+		}
+
+		// A restored cluster: the BaseImage is recreated with a new UID, its old one gone
+		// (its finalizer dropped as a lost cluster would). It attaches again, and the record
+		// of the old UID is cleaned up.
+		oldUID := theirs.GetUID()
+		if err := get(theirs); err != nil {
+			t.Fatal(err)
+		}
+		theirs.SetFinalizers(nil)
+		if err := kube.Update(ctx, theirs); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.Delete(ctx, theirs); err != nil && !kerrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "team-b/debian-12 gone from the cluster", gone(theirs))
+		restored := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "debian-12"},
+			Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: srv.URL + "/mirror/a.qcow2", SHA256: shaA}}}}
+		if err := kube.Create(ctx, restored); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "restored BaseImage Ready", readyWith(restored, shaA))
+		if restored.GetUID() == oldUID || restored.Status.AtProvider.VolumeName != vol {
+			t.Fatalf("restored BaseImage UID %s (old %s) on volume %s, want a new UID on %s", restored.GetUID(), oldUID, restored.Status.AtProvider.VolumeName, vol)
+		}
+		testenv.Eventually(t, time.Minute, "the old UID's record cleaned up", func() error {
+			if got := ownerRecords(vol); len(got) != 1 || got[0] != imagecache.OwnerName(vol, string(restored.GetUID())) {
+				return fmt.Errorf("owner records %v, want the restored UID's alone", got)
+			}
+			return nil
+		})
+		// Deleting the last owner removes the volume.
+		if err := kube.Delete(ctx, restored); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "team-b/debian-12 deleted", gone(restored))
+		if volumeExists(vol) || len(ownerRecords(vol)) != 0 {
+			t.Fatalf("after deleting the last owner: volume exists %v, owner records %v", volumeExists(vol), ownerRecords(vol))
 		}
 	})
 

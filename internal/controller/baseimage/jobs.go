@@ -64,17 +64,27 @@ func (js *jobs) get(uid types.UID) *job {
 func (js *jobs) start(uid types.UID, nn types.NamespacedName, src imagecache.Source, policy string, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) *job {
 	js.mu.Lock()
 	defer js.mu.Unlock()
+	var prev *job
 	if j, ok := js.m[uid]; ok {
 		if j.src == src && j.policy == policy && !j.finished() {
 			return j
 		}
 		j.cancel()
+		prev = j
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
 	j := &job{src: src, policy: policy, cancel: cancel, done: make(chan struct{})}
 	js.m[uid] = j
 	go func() {
 		defer cancel()
+		if prev != nil {
+			// The cancelled job cleans up its claim, data and owner record as it ends; the same
+			// BaseImage's next publish (maybe of the same volume) starts after that.
+			select {
+			case <-prev.done:
+			case <-ctx.Done():
+			}
+		}
 		j.result, j.err = publish(ctx, func(done, total int64) {
 			j.bytesDone.Store(done)
 			j.bytesTotal.Store(total)

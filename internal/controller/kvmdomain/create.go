@@ -45,6 +45,23 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target
 	if !imagecache.IsVolumeName(bv) {
 		return errors.Errorf(errNotABase, base.GetName(), bv)
 	}
+	return e.createOverlay(ctx, t, bp, bv, capacity, format)
+}
+
+// createOverlay creates the overlay onto the base volume bv of pool bp. The removal of an unused
+// base takes the same lock between its check for overlays and its delete, so no overlay of
+// this process appears in between. Another process's removal unpublishes (deletes the marker)
+// before its last check: the marker is looked at again once the overlay exists, and an overlay
+// onto a base going away is deleted again (nothing booted from it yet).
+func (e *external) createOverlay(ctx context.Context, t target, bp, bv string, capacity uint64, format string) error {
+	unlock, err := libvirt.LockBases(ctx, e.host, bp)
+	if err != nil {
+		return errors.Wrap(err, errOverlay)
+	}
+	defer unlock()
+	if _, err := e.lv.VolumeInfo(ctx, bp, imagecache.MarkerName(bv)); err != nil {
+		return errors.Wrapf(err, errBaseGone, bv)
+	}
 	bvol, err := e.lv.Volume(ctx, bp, bv)
 	if err != nil {
 		return errors.Wrap(err, errOverlay)
@@ -59,6 +76,12 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target
 	}
 	if _, err := e.lv.CreateVolume(ctx, t.pool, x); err != nil && !libvirt.IsExists(err) {
 		return errors.Wrap(err, errOverlay)
+	}
+	if _, err := e.lv.VolumeInfo(ctx, bp, imagecache.MarkerName(bv)); err != nil {
+		if derr := e.lv.DeleteVolume(ctx, t.pool, t.overlay); derr != nil {
+			return errors.Wrapf(derr, errOverlay+": the base image volume %s is being removed, and the overlay onto it cannot be deleted", bv)
+		}
+		return errors.Wrapf(err, errBaseGone, bv)
 	}
 	return nil
 }

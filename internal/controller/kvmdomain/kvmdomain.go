@@ -54,6 +54,7 @@ const (
 	errImportForeign = "cannot import domain %s: it belongs to %s/%s (UID %s), and a domain managed by another resource is never imported"
 	errResizeOverlay = "cannot grow the root disk overlay"
 	errNotABase      = "BaseImage %s reports volume %q, which is not a cached base image volume"
+	errBaseGone      = "the base image volume %s is not published on the host (it is being removed, or not yet re-published)"
 )
 
 // Connection detail keys: the guest's address, for a connection Secret.

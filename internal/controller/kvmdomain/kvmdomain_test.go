@@ -21,6 +21,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
 )
@@ -365,6 +366,8 @@ func TestCreate(t *testing.T) {
 		errSub      string
 		wantBacking string // the overlay's backing file, "" when no overlay is made
 		wantDomain  bool
+		// wantGone: an overlay was created, then deleted again.
+		wantGone bool
 	}{
 		"Fresh": {
 			reason: "record, overlay on the base volume's own path, definition, start",
@@ -378,6 +381,26 @@ func TestCreate(t *testing.T) {
 			reason: "a base whose status names a volume that is not a base image is refused",
 			base:   base("team-b_db-99999999.root.qcow2", "/pool/default/team-b_db-99999999.root.qcow2"),
 			errSub: "which is not a cached base image volume",
+		},
+		"BaseUnpublished": {
+			reason: "a base whose marker is gone (being removed) gets no overlay",
+			base:   base(baseVol, "/pool/default/"+baseVol),
+			host: []hostSetup{func(_ *testing.T, h *fakeHost) {
+				_ = h.DeleteVolume(context.Background(), pool, imagecache.MarkerName(baseVol))
+			}},
+			errSub: "is not published on the host",
+		},
+		"UnpublishedWhileCreating": {
+			reason: "a base unpublished by another process's removal while the overlay is created: the overlay is deleted again",
+			base:   base(baseVol, "/pool/default/"+baseVol),
+			host: []hostSetup{func(_ *testing.T, h *fakeHost) {
+				h.BeforeCreate = func(p, name string) {
+					if name == overlay {
+						_ = h.DeleteVolume(context.Background(), pool, imagecache.MarkerName(baseVol))
+					}
+				}
+			}},
+			errSub: "is not published on the host", wantBacking: "/pool/default/" + baseVol, wantGone: true,
 		},
 		"OverlayOfAnother": {
 			reason: "an overlay of our name whose record names someone else is never used",
@@ -393,6 +416,7 @@ func TestCreate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newFakeHost()
 			h.Put(pool, baseVol, []byte("QFI\xfb"))
+			h.Put(pool, imagecache.MarkerName(baseVol), []byte("{}"))
 			for _, s := range tc.host {
 				s(t, h)
 			}
@@ -423,6 +447,9 @@ func TestCreate(t *testing.T) {
 			}
 			if backing != tc.wantBacking {
 				t.Errorf("%s\noverlay backing file %q, want %q", tc.reason, backing, tc.wantBacking)
+			}
+			if _, err := h.Volume(context.Background(), pool, overlay); tc.wantGone && !libvirt.IsNotFound(err) {
+				t.Errorf("%s\noverlay still exists (%v), want it deleted again", tc.reason, err)
 			}
 			if _, ok := h.domains[ourDomain]; ok != tc.wantDomain {
 				t.Errorf("%s\ndomain defined: %v, want %v", tc.reason, ok, tc.wantDomain)
