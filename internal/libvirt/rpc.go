@@ -48,6 +48,12 @@ func (r rpc) ConnectListAllStoragePools(needResults int32, flags golibvirt.Conne
 	return r.l.ConnectListAllStoragePools(needResults, flags)
 }
 
+// ConnectGetLibVersion is go-libvirt's ConnectGetLibVersion, counted.
+func (r rpc) ConnectGetLibVersion() (uint64, error) {
+	r.count(r.ctx, "ConnectGetLibVersion")
+	return r.l.ConnectGetLibVersion()
+}
+
 // DomainBlockResize is go-libvirt's DomainBlockResize, counted.
 func (r rpc) DomainBlockResize(dom golibvirt.Domain, disk string, size uint64, flags golibvirt.DomainBlockResizeFlags) error {
 	r.count(r.ctx, "DomainBlockResize")
