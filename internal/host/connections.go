@@ -128,9 +128,9 @@ type Connections struct {
 	breakerMax     time.Duration
 	probeTimeout   time.Duration
 	now            func() time.Time
-	onOpen      func(OpenInfo)
-	onLibvirt   func(ctx context.Context, address string, l *libvirt.Libvirt)
-	log         logging.Logger
+	onOpen         func(OpenInfo)
+	onLibvirt      func(ctx context.Context, address string, l *libvirt.Libvirt)
+	log            logging.Logger
 
 	mu      sync.Mutex
 	entries map[string]*entry
