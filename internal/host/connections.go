@@ -465,12 +465,14 @@ func (e *entry) finishDial(p *Connections, a *dialAttempt, old, ns *session, err
 		a.err = errors.Wrapf(err, errConnect, e.cfg.Address())
 		if !closing && p.breakerInitial > 0 {
 			e.down = e.down.failed(e.cfg.Address(), err, p.now(), p.breakerInitial, p.breakerMax)
+			metrics.ConnectFailed(metrics.HostLabel(e.cfg.Address()))
 			p.log.Debug("Cannot connect to libvirt host", "address", e.cfg.Address(), "failures", e.down.Failures, "retryAt", e.down.RetryAt, "error", err)
 		}
 	case evicted:
 		a.err = errors.Wrapf(errors.New(errPoolClosed), errConnect, e.cfg.Address())
 	default:
 		if e.down != nil {
+			metrics.Reachable(metrics.HostLabel(e.cfg.Address()))
 			p.log.Info("Connected to libvirt host again", "address", e.cfg.Address(), "failures", e.down.Failures, "since", e.down.Since)
 		}
 		e.down = nil

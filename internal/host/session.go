@@ -11,6 +11,8 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/digitalocean/go-libvirt"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 const (
@@ -183,6 +185,9 @@ func (d *streamDialer) closeLast() {
 // (each holds a goroutine); one more replaces the connection.
 const maxAbandoned = 32
 
+// opProbe is the op label of the liveness probe (see session.abandoned).
+const opProbe = "ConnectGetLibVersion"
+
 // session is one open libvirt connection, over ssh (nil for Unix).
 type session struct {
 	ssh    *sshConn
@@ -218,7 +223,11 @@ func (s *session) abandoned(errc <-chan error, timeout time.Duration) {
 		defer s.probing.Store(false)
 		probe := s.probe
 		if probe == nil {
-			probe = func() error { _, err := s.lv.ConnectGetLibVersion(); return err }
+			probe = func() error {
+				metrics.Call(context.Background(), opProbe)
+				_, err := s.lv.ConnectGetLibVersion()
+				return err
+			}
 		}
 		done := make(chan error, 1)
 		go func() { done <- probe() }()

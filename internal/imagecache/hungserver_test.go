@@ -55,7 +55,7 @@ func TestDownloadHungServer(t *testing.T) {
 		scheme string
 		serve  func(c net.Conn)
 	}{
-		"silent after accepting": {scheme: "http"},
+		"silent after accepting":      {scheme: "http"},
 		"silent in the TLS handshake": {scheme: "https"},
 		"status line a byte every 200 ms": {scheme: "http", serve: func(c net.Conn) {
 			for _, b := range []byte("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n") {

@@ -137,7 +137,9 @@ func TestRetryCountsAttempts(t *testing.T) {
 		Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Pool: "default", Source: v1alpha1.ImageSource{URL: "http://127.0.0.1:8080/a"}}}}
 	boom := &imagecache.HTTPStatusError{URL: "http://127.0.0.1:8080/a", StatusCode: 502, Status: "502 Bad Gateway"}
 	js := newJobs(nil)
-	fail := func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) { return imagecache.Result{}, boom }
+	fail := func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+		return imagecache.Result{}, boom
+	}
 	for i := 1; i <= 3; i++ {
 		j := js.start(cr.GetUID(), types.NamespacedName{}, source(cr), "p", fail)
 		<-j.done
