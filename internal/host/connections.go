@@ -29,6 +29,7 @@ const (
 
 const (
 	errPoolClosed = "connection pool is closed"
+	errNoAnswer   = "no answer within the dial timeout (%s)"
 	errConnect    = "cannot connect to libvirt host %s"
 	errWaitDial   = "cannot connect to libvirt host %s: gave up waiting for the connection attempt in progress"
 )
@@ -447,9 +448,18 @@ func (e *entry) startDial(ctx context.Context, p *Connections, old *session) *di
 		defer cancel()
 		defer stop()
 		ns, err := p.open(dctx, e.cfg, old)
+		if err != nil && p.dialTimeout > 0 && isTimeout(err) {
+			err = errors.Wrapf(err, errNoAnswer, p.dialTimeout)
+		}
 		e.finishDial(p, a, old, ns, err)
 	}()
 	return a
+}
+
+// isTimeout is true when err is a timeout: the dial timeout's context, or a net timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // finishDial records the outcome of attempt a.

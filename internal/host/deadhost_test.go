@@ -2,92 +2,18 @@ package host
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/provider-kvm/provider-kvm/internal/testbed/hung"
 )
 
-// HungHost is a TCP listener on loopback standing in for a dead or blackholed libvirt host.
-// A fault suite can reuse it: NewHungHost(t, HangAccepted) is a host whose sshd accepts and
-// never answers; NewHungHost(t, HangSYN) one whose SYNs are dropped, like a blackholed
-// address (the listener's accept queue is full and it never accepts).
-type HungHost struct {
-	Host string
-	Port int
-	// Accepted counts TCP connections accepted (HangAccepted only): one per dial attempt.
-	Accepted atomic.Int32
-}
-
-// How a HungHost hangs.
-const (
-	HangAccepted = "accepts and never answers"
-	HangSYN      = "never accepts"
-)
-
-// NewHungHost starts a HungHost on 127.0.0.1; it stops with the test.
-func NewHungHost(t testing.TB, how string) *HungHost {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := ln.Addr().(*net.TCPAddr)
-	h := &HungHost{Host: a.IP.String(), Port: a.Port}
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	if how == HangSYN {
-		// Shrink the backlog to its minimum and fill the accept queue: Linux then drops
-		// further SYNs, and a dial hangs until its timeout.
-		rc, err := ln.(*net.TCPListener).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rc.Control(func(fd uintptr) { err = syscall.Listen(int(fd), 0) }); err != nil {
-			t.Fatal(err)
-		}
-		for range 4 {
-			d := net.Dialer{Timeout: 200 * time.Millisecond}
-			c, err := d.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				break // the queue is full
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-		return h
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			h.Accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	return h
-}
-
-// Config is an SSH Config for the hung host.
-func (h *HungHost) Config(t testing.TB) Config {
+// hungConfig is an SSH Config for a hung host.
+func hungConfig(t testing.TB, h *hung.Host) Config {
 	return Config{Host: h.Host, Port: h.Port, PrivateKey: testKey(t), InsecureSkipHostKeyVerification: true}
 }
 
@@ -134,15 +60,15 @@ func simulateReconciles(p *Connections, c Config, n int, window, reconcile, requ
 // ten workers gone. With it, the first attempt is shared (ten times the dial timeout), then
 // every call fails at once but the breaker's own attempts (one caller each).
 func TestDeadHostWorkerLoad(t *testing.T) {
-	for _, how := range []string{HangAccepted, HangSYN} {
+	for _, how := range []string{hung.HangAccepted, hung.HangSYN} {
 		t.Run(how, func(t *testing.T) {
-			h := NewHungHost(t, how)
+			h := hung.New(t, how)
 			const dial = time.Second
 			p := NewConnections(WithDialTimeout(dial), WithBreaker(2*time.Second, time.Minute))
 			defer p.Close()
 			const window = 6 * time.Second
 			start := time.Now()
-			l := simulateReconciles(p, h.Config(t), 10, window, 4*time.Second, 100*time.Millisecond)
+			l := simulateReconciles(p, hungConfig(t, h), 10, window, 4*time.Second, 100*time.Millisecond)
 			took := time.Since(start)
 			t.Logf("10 resources, %s: %d reconciles, workers held %.1f s in %.1f s (%.1f workers on average), longest Get %v",
 				how, l.reconciles, l.held.Seconds(), took.Seconds(), l.held.Seconds()/took.Seconds(), l.maxGet.Round(time.Millisecond))
@@ -161,10 +87,10 @@ func TestDeadHostWorkerLoad(t *testing.T) {
 // once with a *HostDownError that names the host and the last error, and that one caller, and
 // only one, makes the next attempt once the backoff has passed.
 func TestBreakerFailsFastAndSaysWhy(t *testing.T) {
-	h := NewHungHost(t, HangAccepted)
+	h := hung.New(t, hung.HangAccepted)
 	p := NewConnections(WithDialTimeout(300*time.Millisecond), WithBreaker(time.Second, time.Minute))
 	defer p.Close()
-	c := h.Config(t)
+	c := hungConfig(t, h)
 	if _, err := p.Get(context.Background(), c); err == nil || IsHostDown(err) {
 		t.Fatalf("first Get: %v, want the attempt's own error", err)
 	}
