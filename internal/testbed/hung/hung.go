@@ -84,4 +84,3 @@ func New(t testing.TB, how string) *Host {
 	}()
 	return h
 }
-
