@@ -83,7 +83,7 @@ func (c *Conn) Do(ctx context.Context, fn func(l *libvirt.Libvirt) error) error 
 		}
 		return err
 	case <-ctx.Done():
-		s.abandoned(errc, c.conns.probeTimeout)
+		s.abandoned(errc, c.conns.probeTimeout) //nolint:contextcheck // the probe outlives the abandoned call's context
 		return errors.Wrapf(ctx.Err(), errCallTimeout, c.cfg.Address())
 	}
 }

@@ -441,7 +441,7 @@ func (e *entry) startDial(ctx context.Context, p *Connections, old *session) *di
 	e.inflight++ // the attempt keeps the entry from being reaped
 	// The caller's values (its OnOpen hook, its metrics kind), the pool's lifetime.
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(p.ctx, cancel)
+	stop := context.AfterFunc(p.ctx, cancel) //nolint:contextcheck // the attempt ends with the pool, not with the caller that started it
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()

@@ -209,7 +209,9 @@ type session struct {
 func (s *session) abandoned(errc <-chan error, timeout time.Duration) {
 	n := s.outstanding.Add(1)
 	go func() {
-		<-errc
+		if err := <-errc; err != nil {
+			_ = err // the abandoned call's error: its caller has gone
+		}
 		s.outstanding.Add(-1)
 	}()
 	if n > maxAbandoned {

@@ -43,7 +43,7 @@ func hungServer(t *testing.T, serve func(c net.Conn)) int32 {
 			}
 		}
 	}()
-	return int32(ln.Addr().(*net.TCPAddr).Port) //nolint:gosec // a port
+	return int32(ln.Addr().(*net.TCPAddr).Port)
 }
 
 // TestDownloadHungServer checks that a download from a server that never sends response

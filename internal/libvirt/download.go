@@ -96,7 +96,7 @@ func (c *Client) ownConn(ctx context.Context, d Dialer, grace time.Duration, reo
 		return err
 	}
 	defer nc.Close() //nolint:errcheck // ends go-libvirt's receive loop
-	var conn net.Conn = nc
+	conn := nc
 	if reorder {
 		conn = newReorderConn(nc)
 	}

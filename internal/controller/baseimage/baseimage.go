@@ -306,9 +306,9 @@ func (e *external) observeJob(cr *v1alpha1.BaseImage, j *job) (managed.ExternalO
 		// A failed job is kept: Create's job counts as its next attempt.
 		if j.err != nil {
 			e.recorder.Event(cr, event.Warning(reasonFailed, errors.Wrap(j.err, errFailed)))
-			return managed.ExternalObservation{ResourceExists: false}, nil
+		} else {
+			e.jobs.forget(cr.GetUID())
 		}
-		e.jobs.forget(cr.GetUID())
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	}
 }

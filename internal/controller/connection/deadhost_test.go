@@ -42,7 +42,7 @@ func TestConnectDeadHostShownAtOnce(t *testing.T) {
 			}
 			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crossplane-system", Name: "ssh"}, Data: map[string][]byte{"key": pem.EncodeToMemory(b)}}
 			cpc := &v1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "host"}, Spec: v1alpha1.ProviderConfigSpec{
-				Transport: v1alpha1.TransportSSH, Host: h.Host, Port: int32(h.Port), User: "root", //nolint:gosec // a port
+				Transport: v1alpha1.TransportSSH, Host: h.Host, Port: int32(h.Port), User: "root",
 				Credentials:                     &v1alpha1.SSHCredentials{SecretRef: v1alpha1.SecretKeySelector{Namespace: "crossplane-system", Name: "ssh", Key: "key"}},
 				InsecureSkipHostKeyVerification: true,
 			}}
