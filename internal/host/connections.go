@@ -442,9 +442,9 @@ func (e *entry) startDial(ctx context.Context, p *Connections, old *session) *di
 	// The caller's values (its OnOpen hook, its metrics kind), the pool's lifetime.
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(p.ctx, cancel) //nolint:contextcheck // the attempt ends with the pool, not with the caller that started it
-	p.wg.Add(1)
+	// Close does not wait for attempts (a WaitGroup's Add may not race its Wait): it cancels
+	// them, and one that succeeds anyway on an evicted entry closes its connection.
 	go func() {
-		defer p.wg.Done()
 		defer cancel()
 		defer stop()
 		ns, err := p.open(dctx, e.cfg, old)
