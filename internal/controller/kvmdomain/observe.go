@@ -179,12 +179,26 @@ func (e *external) observeAbsent(ctx context.Context, cr *v1alpha1.KVMDomain, t 
 	return managed.ExternalObservation{ResourceExists: false}, nil
 }
 
+// addressSources is the order in which the guest's address is asked for: the source that gave
+// it last time first (a guest on a bridge has no lease, so a steady-state Observe asks the
+// agent once instead of the lease first), then lease, agent, ARP.
+func addressSources(last string) []string {
+	out := []string{libvirt.SourceLease, libvirt.SourceAgent, libvirt.SourceARP}
+	for i, s := range out {
+		if s == last && i > 0 {
+			return append([]string{s}, append(append([]string{}, out[:i]...), out[i+1:]...)...)
+		}
+	}
+	return out
+}
+
 // observeGuest finds the guest's address and runs the readiness probe. It never waits: what
 // is not there yet is reported, and the next poll looks again.
 func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string) {
 	at := &cr.Status.AtProvider
+	last := at.IPSource
 	at.IPv4, at.IPSource = "", ""
-	for _, src := range []string{libvirt.SourceLease, libvirt.SourceAgent, libvirt.SourceARP} {
+	for _, src := range addressSources(last) {
 		ip, err := e.lv.DomainIPv4(ctx, name, at.MACAddress, src)
 		if src == libvirt.SourceAgent {
 			at.GuestAgentConnected = err == nil
