@@ -122,6 +122,12 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 
 	if !running {
 		at.IPv4, at.IPSource, at.GuestAgentConnected, at.Probe = "", "", false, ""
+		if cr.Spec.ForProvider.PowerState == v1alpha1.PowerStateStopped && d.State == libvirt.StateShutOff {
+			// Stopped as asked: the desired state is reached, so it is Ready (and polled at
+			// --poll, not every few seconds like a domain that should run and does not).
+			cr.SetConditions(xpv2.Available().WithMessage("shut off, as powerState Stopped asks"))
+			return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
+		}
 		cr.SetConditions(xpv2.Unavailable().WithMessage("domain is " + d.State))
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
