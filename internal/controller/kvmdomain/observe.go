@@ -121,14 +121,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	e.inputsChanged(ctx, cr, d)
 
 	if !running {
-		at.IPv4, at.IPSource, at.GuestAgentConnected, at.Probe = "", "", false, ""
-		if cr.Spec.ForProvider.PowerState == v1alpha1.PowerStateStopped && d.State == libvirt.StateShutOff {
-			// Stopped as asked: the desired state is reached, so it is Ready (and polled at
-			// --poll, not every few seconds like a domain that should run and does not).
-			cr.SetConditions(xpv2.Available().WithMessage("shut off, as powerState Stopped asks"))
-			return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
-		}
-		cr.SetConditions(xpv2.Unavailable().WithMessage("domain is " + d.State))
+		observeNotRunning(cr, d.State)
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
 	e.observeGuest(ctx, cr, name)
@@ -183,6 +176,19 @@ func (e *external) observeAbsent(ctx context.Context, cr *v1alpha1.KVMDomain, t 
 		return managed.ExternalObservation{}, err
 	}
 	return managed.ExternalObservation{ResourceExists: false}, nil
+}
+
+// observeNotRunning reports a domain that does not run: nothing of the guest is known, and it
+// is Ready only when shut off as powerState Stopped asks (the desired state is reached, so it
+// is polled at --poll, not every few seconds like a domain that should run and does not).
+func observeNotRunning(cr *v1alpha1.KVMDomain, state string) {
+	at := &cr.Status.AtProvider
+	at.IPv4, at.IPSource, at.GuestAgentConnected, at.Probe = "", "", false, ""
+	if cr.Spec.ForProvider.PowerState == v1alpha1.PowerStateStopped && state == libvirt.StateShutOff {
+		cr.SetConditions(xpv2.Available().WithMessage("shut off, as powerState Stopped asks"))
+		return
+	}
+	cr.SetConditions(xpv2.Unavailable().WithMessage("domain is " + state))
 }
 
 // addressSources is the order in which the guest's address is asked for: the source that gave
