@@ -128,12 +128,7 @@ func (hs hosts) domainObjects(name string) ([]object, error) {
 func (hs hosts) present(objs []object) ([]object, error) {
 	var out []object
 	for _, h := range hs {
-		var mine []object
-		for _, o := range objs {
-			if o.Host == h.name {
-				mine = append(mine, o)
-			}
-		}
+		mine := h.own(objs)
 		if len(mine) == 0 {
 			continue
 		}
@@ -150,15 +145,20 @@ func (hs hosts) present(objs []object) ([]object, error) {
 func (hs hosts) remove(objs []object) []error {
 	var errs []error
 	for _, h := range hs {
-		var mine []object
-		for _, o := range objs {
-			if o.Host == h.name {
-				mine = append(mine, o)
-			}
-		}
-		errs = append(errs, h.remove(mine)...)
+		errs = append(errs, h.remove(h.own(objs))...)
 	}
 	return errs
+}
+
+// own are those of objs that are on this host.
+func (h *host) own(objs []object) []object {
+	var out []object
+	for _, o := range objs {
+		if o.Host == h.name {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // local is a path libvirtd gave (under /var/lib/libvirt) as this machine's filesystem shows it.
