@@ -117,10 +117,12 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 	go test $(GO_TEST_FLAGS) ./...
 
 # The whole suite runs inside the test bed's network namespace: the SSH server and the guests
-# live there, and the envtest control plane only needs loopback, which the namespace has.
+# live there, and the envtest control plane only needs loopback, which the namespace has. It
+# holds /tmp/testbed.lock, as every other user of the test bed does (some tests restart its
+# libvirtd), so two runs never share the bed.
 .PHONY: test
 test: deps controlplane tools testbed-up lan-up image ## The README's test command: all tests with real parts, the LAN's network checks, then make e2e (on the LAN).
-	CI="$${CI:-}" cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...
+	CI="$${CI:-}" flock /tmp/testbed.lock cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...
 	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./cluster/lan/lantest/
 	$(MAKE) --no-print-directory e2e
 
