@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"strings"
 	"sync"
@@ -111,7 +112,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 			return &connector{
 				jobs: js, recorder: rec,
 				conn:  connection.NewConnector(mgr.GetClient(), conns, rec),
-				alive: liveness(mgr.GetAPIReader()),
+				alive: listUIDs(mgr.GetAPIReader()),
 			}
 		},
 	})
@@ -130,31 +131,32 @@ type connector struct {
 	jobs     *jobs
 	recorder event.Recorder
 	conn     *connection.Connector
-	// alive tells whether a BaseImage UID still exists; nil deletes no stale owner record.
-	alive imagecache.Liveness
+	// alive lists the BaseImage UIDs that exist; nil deletes no stale owner record.
+	alive uidLister
 	// resolver resolves image hosts; nil is the system's. Tests point names at loopback.
 	resolver imagecache.Resolver
 }
 
-// liveness tells whether a BaseImage with a UID exists, asking the API server (never a cache
-// that may not have seen a new BaseImage yet): an owner record is deleted as stale only when
-// its UID is in no BaseImage of a list taken after the record was read. UIDs seen alive are
-// remembered for the Cache's life (one reconcile, or one publish job).
-func liveness(r client.Reader) imagecache.Liveness {
+// uidLister lists the UIDs of every BaseImage in the cluster.
+type uidLister func(ctx context.Context) (map[string]bool, error)
+
+// listUIDs lists BaseImage UIDs from the API server (never a cache that may not have seen a
+// new BaseImage yet): an owner record is taken for stale only when its UID is in no BaseImage
+// of a list taken after the record was read.
+func listUIDs(r client.Reader) uidLister {
 	if r == nil {
 		return nil
 	}
-	return func(ctx context.Context, uid string) (bool, error) {
+	return func(ctx context.Context) (map[string]bool, error) {
 		l := &v1alpha1.BaseImageList{}
 		if err := r.List(ctx, l); err != nil {
-			return false, errors.Wrap(err, errLiveness)
+			return nil, errors.Wrap(err, errLiveness)
 		}
+		uids := make(map[string]bool, len(l.Items))
 		for i := range l.Items {
-			if string(l.Items[i].GetUID()) == uid {
-				return true, nil
-			}
+			uids[string(l.Items[i].GetUID())] = true
 		}
-		return false, nil
+		return uids, nil
 	}
 }
 
@@ -174,10 +176,11 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	}, nil
 }
 
-// rememberAlive is l remembering the UIDs it found alive, for one Cache's life (a reconcile,
-// or a publish job and its waits): a UID is never taken for gone on what was remembered.
-func rememberAlive(l imagecache.Liveness) imagecache.Liveness {
-	if l == nil {
+// rememberAlive is the Liveness of one Cache's life (a reconcile, or a publish job and its
+// waits): UIDs of the lists taken so far are alive; a UID in none of them is looked for in a
+// fresh list before it is taken for gone.
+func rememberAlive(list uidLister) imagecache.Liveness {
+	if list == nil {
 		return nil
 	}
 	var mu sync.Mutex
@@ -188,11 +191,12 @@ func rememberAlive(l imagecache.Liveness) imagecache.Liveness {
 		if known[uid] {
 			return true, nil
 		}
-		ok, err := l(ctx, uid)
-		if ok {
-			known[uid] = true
+		uids, err := list(ctx)
+		if err != nil {
+			return false, err
 		}
-		return ok, err
+		maps.Copy(known, uids)
+		return known[uid], nil
 	}
 }
 
