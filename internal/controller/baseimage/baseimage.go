@@ -340,6 +340,9 @@ func (e *external) observeDeleting(ctx context.Context, cr *v1alpha1.BaseImage, 
 	exists := len(owned) > 0
 	for _, pv := range cr.Status.AtProvider.RetainedVolumes {
 		p, vol, _ := strings.Cut(pv, "/")
+		if !imagecache.IsVolumeName(vol) {
+			continue // not a base image volume: never ours to remove (Remove refuses it too)
+		}
 		img, err := e.cache.LookupVolume(ctx, p, vol, uid)
 		if err != nil {
 			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
