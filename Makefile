@@ -119,26 +119,29 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # The whole suite runs inside the test bed's network namespace: the SSH server and the guests
 # live there, and the envtest control plane only needs loopback, which the namespace has.
 .PHONY: test
-test: deps controlplane tools testbed-up image ## The README's test command: all tests with real parts, then make e2e.
+test: deps controlplane tools testbed-up lan-up image ## The README's test command: all tests with real parts, the LAN's network checks, then make e2e (on the LAN).
 	CI="$${CI:-}" cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...
+	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./cluster/lan/lantest/
 	$(MAKE) --no-print-directory e2e
 
 # End to end on a real control plane (cluster/e2e, docs/e2e.md): etcd, kube-apiserver and
 # kube-controller-manager, the Crossplane core out of cluster, the packages of make xpkg
-# installed from a loopback registry, the functions and the provider as local processes, all
-# inside the test bed's network namespace; Proxies boot real guests under TCG.
-E2E_DEPS := deps controlplane tools xpkg testbed-up image
+# installed from a loopback registry, the functions and the provider as local processes.
+# make e2e runs on the LAN test bed (netns node, libvirt hosts host-a and host-b over SSH,
+# guests on their bridges); bench-latency and demo on the single-host NAT test bed (kvmhost).
+# Proxies boot real guests under TCG.
+E2E_DEPS := deps controlplane tools xpkg image
 
 .PHONY: e2e
-e2e: $(E2E_DEPS) ## Proxies end to end: two Proxies, a claim, squid 204, deletion, timeline vs plain virsh (~10 min).
-	cluster/e2e/run.sh
+e2e: $(E2E_DEPS) lan-up ## Proxies end to end on two hosts across a LAN: two Proxies, a claim, squid 204 through each guest's LAN address, deletion, timeline vs plain virsh on the bridge (~11 min).
+	TOPOLOGY=lan cluster/e2e/run.sh
 
 .PHONY: bench-latency
-bench-latency: $(E2E_DEPS) ## What the provider adds to a Proxy's boot, at its default flags: setup, readiness and deletion latency, boot vs plain virsh (3 runs, ~20 min).
-	E2E_BENCH=1 E2E_RUN='^TestBenchLatency$$' cluster/e2e/run.sh
+bench-latency: $(E2E_DEPS) testbed-up ## What the provider adds to a Proxy's boot, at its default flags: setup, readiness and deletion latency, boot vs plain virsh (3 runs, ~20 min).
+	TOPOLOGY=nat E2E_BENCH=1 E2E_RUN='^TestBenchLatency$$' cluster/e2e/run.sh
 
 .PHONY: demo
-demo: $(E2E_DEPS) ## Bring up the control plane and one running Proxy, print how to use it (first run builds ~25 min).
+demo: $(E2E_DEPS) testbed-up ## Bring up the control plane and one running Proxy, print how to use it (first run builds ~25 min).
 	cluster/e2e/demo.sh up
 
 .PHONY: demo-down

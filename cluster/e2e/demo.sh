@@ -15,6 +15,14 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOG_TAG=demo
+# The demo runs on the single-host test bed; down and status go where the last run was (after
+# `KEEP_ON_FAILURE=1 make e2e`, the LAN test bed).
+if [[ ${1:-up} == up ]]; then
+	export TOPOLOGY=nat
+elif [[ ${1:-} != __inner ]]; then
+	TOPOLOGY=$(cat "${E2E_WORK:-/var/lib/provider-kvm-e2e}/topology" 2>/dev/null || echo nat)
+	export TOPOLOGY
+fi
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 cmd=${1:-up}
@@ -30,11 +38,15 @@ if [[ $cmd != __inner ]]; then
 		sed -n '3,14p' "$0" >&2
 		exit 2 ;;
 	esac
-	[[ -r $TB/env.sh ]] || die "the test bed is not up ($TB/env.sh missing): nothing to do"
+	if [[ $TOPOLOGY == lan ]]; then
+		[[ -r $LAN_DIR/env.sh ]] || die "the LAN test bed is not up ($LAN_DIR/env.sh missing): nothing to do"
+	else
+		[[ -r $TB/env.sh ]] || die "the test bed is not up ($TB/env.sh missing): nothing to do"
+	fi
 	reexec_in_netns "$0" __inner "$cmd"
 fi
 cmd=$2
-inside_netns || die "demo.sh __inner must run inside the test bed's network namespace"
+inside_netns || die "demo.sh __inner must run inside network namespace $E2E_NETNS"
 export E2E_DEMO=1
 
 case $cmd in

@@ -4,7 +4,12 @@
 # packages through the API, the Proxies, the checks, the timeline, the diagnostics, the image
 # server and the 204 origin) is the Go package cluster/e2e/e2etest (see docs/e2e.md).
 #
-# The processes, all inside the test bed's network namespace (cluster/testbed, netns kvmhost):
+# TOPOLOGY says where it all runs: "lan" (make e2e; cluster/lan: netns node, two libvirt hosts
+# host-a and host-b reached over SSH across the LAN, guests on each host's bridge) or "nat"
+# (make demo, make bench-latency; cluster/testbed: netns kvmhost, one host on its loopback,
+# guests on libvirt's NAT network).
+#
+# The processes, all inside that network namespace (node or kvmhost):
 #   etcd + kube-apiserver + kube-controller-manager (its default controllers), built from Go
 #   modules by cluster/controlplane/build.sh;
 #   the Crossplane core v2.4.0 out of cluster (`core start --package-runtime=External`);
@@ -22,6 +27,13 @@ REPO=$(cd "$E2E_LIB/../.." && pwd)
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm}
 BIN=${BIN:-$CACHE_DIR/bin}
 TB=${TB:-/var/lib/provider-kvm-testbed}
+LAN_DIR=${LAN_DIR:-/var/lib/provider-kvm-lan}
+TOPOLOGY=${TOPOLOGY:-nat}
+case $TOPOLOGY in
+lan) E2E_NETNS=node ;;
+nat) E2E_NETNS=${TESTBED_NETNS:-kvmhost} ;;
+*) echo "TOPOLOGY=$TOPOLOGY: want lan or nat" >&2; exit 2 ;;
+esac
 WORK=${E2E_WORK:-/var/lib/provider-kvm-e2e}
 LOGS=$WORK/logs
 PIDS=$WORK/pids
@@ -55,7 +67,7 @@ REGISTRY=127.0.0.1:$REGISTRY_PORT
 LOG_TAG=${LOG_TAG:-e2e}
 # What the Go half reads (cluster/e2e/e2etest/main_test.go, loadConfig); VCPUS, MEM_MIB,
 # GUEST_TIMEOUT, DELETE_TIMEOUT, SKIP_BASELINE and KEEP_ON_FAILURE pass through as they are.
-export E2E_WORK=$WORK E2E_IMAGE=$IMAGE E2E_REPO=$REPO CACHE_DIR PKG_TAG POLL LOG_TAG \
+export E2E_WORK=$WORK E2E_IMAGE=$IMAGE E2E_REPO=$REPO E2E_OUT=$OUT CACHE_DIR PKG_TAG POLL LOG_TAG TOPOLOGY \
 	PROVIDER_METRICS_PORT FN_PROXY_PORT FN_AUTOREADY_PORT REGISTRY_PORT IMAGE_PORT ORIGIN_PORT
 
 log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date -u +%H:%M:%S)" "$*"; }
@@ -70,10 +82,10 @@ k() { "$KUBECTL" "$@"; }
 # e2etest ARGS...: the Go half, in its package directory (as go test runs it).
 e2etest() { (cd "$E2E_LIB/e2etest" && "$E2E_TEST" "$@"); }
 
-# inside_netns: this process is inside the test bed's network namespace.
+# inside_netns: this process is inside the topology's network namespace (node or kvmhost).
 inside_netns() {
-	[[ -e /run/netns/${TESTBED_NETNS:-kvmhost} ]] &&
-		[[ $(stat -Lc '%d:%i' /proc/self/ns/net) == "$(stat -Lc '%d:%i' "/run/netns/${TESTBED_NETNS:-kvmhost}")" ]]
+	[[ -e /run/netns/$E2E_NETNS ]] &&
+		[[ $(stat -Lc '%d:%i' /proc/self/ns/net) == "$(stat -Lc '%d:%i' "/run/netns/$E2E_NETNS")" ]]
 }
 
 # ------------------------------------------------------------------ processes
@@ -165,6 +177,11 @@ build_e2etest() {
 	mkdir -p "$OUT"
 	(cd "$REPO" && go test -c -tags e2e -o "$E2E_TEST" ./cluster/e2e/e2etest) ||
 		die "go test -c -tags e2e ./cluster/e2e/e2etest failed"
+	# On the LAN the plain-virsh baseline is cluster/lan/lantest's guest on host-a's bridge.
+	if [[ $TOPOLOGY == lan ]]; then
+		(cd "$REPO" && go test -c -tags lan -o "$OUT/lan.test" ./cluster/lan/lantest) ||
+			die "go test -c -tags lan ./cluster/lan/lantest failed"
+	fi
 }
 
 preflight() {
@@ -180,7 +197,11 @@ preflight() {
 	done
 	need_file "$IMAGE" "make image builds it"
 	need_file "$IMAGE.sha256" "make image builds it"
-	need_file "$TB/env.sh" "make testbed-up starts the test bed"
+	if [[ $TOPOLOGY == lan ]]; then
+		need_file "$LAN_DIR/env.sh" "make lan-up starts the LAN test bed"
+	else
+		need_file "$TB/env.sh" "make testbed-up starts the test bed"
+	fi
 	# openssl (the PKI), python3 and curl (the baseline's boot-check.sh): from the one install
 	# step (make packages), never installed here (this may run inside the namespace).
 	"$REPO/cluster/packages/install.sh" --check || die "Debian packages are missing: run make packages"
@@ -201,8 +222,12 @@ preflight() {
 	build_e2etest
 }
 
-# reexec_in_netns ARGS...: run this script again inside the test bed's namespace.
+# reexec_in_netns ARGS...: run this script again inside the topology's namespace, with its
+# variables (TESTBED_* or LAN_*) exported.
 reexec_in_netns() {
+	if [[ $TOPOLOGY == lan ]]; then
+		exec "$REPO/cluster/lan/exec.sh" node "$@"
+	fi
 	exec "$REPO/cluster/testbed/run-in-netns.sh" "$@"
 }
 
@@ -213,7 +238,7 @@ fresh_work() {
 	if [[ -d $WORK ]]; then
 		any_running && die "processes of an earlier run in $WORK still run (a demo? make demo-down stops it)"
 		for keep in etcd logs pki pids www xpkg-cache; do rm -rf "${WORK:?}/$keep"; done
-		rm -f "$WORK"/*.yaml "$WORK"/*.tsv "$WORK"/objects-* "$WORK"/probe-url "$WORK"/kubeconfig "$WORK"/mode
+		rm -f "$WORK"/*.yaml "$WORK"/*.tsv "$WORK"/objects-* "$WORK"/probe-url "$WORK"/kubeconfig "$WORK"/mode "$WORK"/topology
 	fi
 	mkdir -p "$WORK" "$LOGS" "$PIDS" "$WORK/etcd" "$WORK/xpkg-cache"
 	chmod 0700 "$WORK"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # run.sh -- make e2e: the Proxy product end to end on a real control plane and a real libvirt
-# host, with nothing but this repository's code (see docs/e2e.md).
+# hosts, with nothing but this repository's code (see docs/e2e.md). TOPOLOGY=lan (the default):
+# the LAN test bed (cluster/lan), the control plane, provider and clients in netns node, two
+# libvirt hosts over SSH; TOPOLOGY=nat: the single-host test bed (cluster/testbed).
 #
 # This script starts and stops the processes (lib.sh: the PKI, etcd, kube-apiserver,
 # kube-controller-manager, the Crossplane core, both functions, the image server and the 204
@@ -9,11 +11,12 @@
 # TestE2E in cluster/e2e/e2etest (built by the preflight with go test -c):
 #   1. the installation through the API (functions, packages, the test bed as host);
 #   2. the baseline: the same guest booted with plain virsh (cluster/testbed/boot-check.sh);
-#   3. BaseImage team-a/debian-12, Proxies team-a/proxy-a and proxy-b on it, ProxyClaim
-#      team-b/proxy-c with its own image: Ready, Secret, a 204 through each proxy;
-#   4. deletion: nothing of team-a or team-b is left on the host;
+#   3. BaseImage team-a/debian-12 on host A, Proxy team-a/proxy-a on it, Proxy team-a/proxy-b
+#      on host B with its own image, ProxyClaim team-b/proxy-c on host A with its own image:
+#      Ready, Secret, Service and EndpointSlice, a 204 through each proxy's address;
+#   4. deletion: nothing of team-a or team-b is left on either host;
 #   5. the timeline next to the baseline.
-# Everything after the preflight runs inside the test bed's network namespace. Every process
+# Everything after the preflight runs inside the topology's network namespace. Every process
 # started is stopped by its recorded PID at the end, also on failure; on failure the Go test
 # prints the diagnostics and deletes what it created through Kubernetes, and what is still on
 # the host afterwards is removed with libvirt calls (e2e.test -e2e.clean).
@@ -25,22 +28,24 @@
 #      E2E_RUN (the -test.run pattern, ^TestE2E$).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export TOPOLOGY=${TOPOLOGY:-lan}
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
 NAMESPACES=team-a,team-b
 
 if [[ ${1:-} != __inner ]]; then
-	log "make e2e: preflight (binaries, packages, image, test bed)"
+	log "make e2e: preflight (binaries, packages, image, test bed; topology $TOPOLOGY)"
 	preflight
 	reexec_in_netns "$0" __inner
 fi
 
-inside_netns || die "run.sh __inner must run inside the test bed's network namespace"
+inside_netns || die "run.sh __inner must run inside network namespace $E2E_NETNS"
 exec 8>"$WORK.lock"
 flock -n 8 || die "another make e2e or make demo holds $WORK.lock"
 fresh_work
 echo e2e >"$WORK/mode"
+echo "$TOPOLOGY" >"$WORK/topology"
 OK=0 TESTED=0
 T_START=$(now)
 
@@ -74,7 +79,7 @@ trap 'exit 130' INT TERM
 # Leftovers of a crashed run.
 e2etest -e2e.clean="$NAMESPACES" || die "cannot clean the test bed of an earlier run's objects"
 
-log "1/5 bring-up inside netns $TESTBED_NETNS (work dir $WORK)"
+log "1/5 bring-up inside netns $E2E_NETNS (topology $TOPOLOGY, work dir $WORK)"
 bring_up
 
 TESTED=1

@@ -128,7 +128,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return err
 	}
-	st := observe(observed)
+	st := observe(observed, p.BaseImageName == "")
 	objs := map[string]runtime.Object{
 		ResourceSeed:    SeedVolume(p, n, ns, userData),
 		ResourceDomain:  KVMDomain(p, n, ns),
@@ -269,7 +269,9 @@ func inputMessage(observed map[resource.Name]resource.ObservedComposed, waiting 
 	return ""
 }
 
-func observe(observed map[resource.Name]resource.ObservedComposed) state {
+// observe derives the Proxy's phase from what was composed. composesImage says whether the
+// Proxy composes its own BaseImage (else it names one of its namespace's).
+func observe(observed map[resource.Name]resource.ObservedComposed, composesImage bool) state {
 	st := state{phase: PhaseCreating}
 	if s, ok := observed[ResourceSecret]; ok {
 		// The last address known, kept while the domain reports none (it restarts, say).
@@ -279,14 +281,21 @@ func observe(observed map[resource.Name]resource.ObservedComposed) state {
 	if !ok {
 		return st
 	}
-	conds := conditionsOf(d)
-	ready, synced := cond(conds, "Ready"), cond(conds, "Synced")
 	ip, _ := d.Resource.GetString("status.atProvider.ipv4")
 	if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
 		st.ip = a.String()
 	} else {
 		ip = ""
 	}
+	st.phase, st.message = domainPhase(observed, d, ip != "", composesImage)
+	return st
+}
+
+// domainPhase is the phase (and its message) the observed KVMDomain d puts the Proxy in.
+func domainPhase(observed map[resource.Name]resource.ObservedComposed, d resource.ObservedComposed, hasIP, composesImage bool) (phase, message string) {
+	st := state{}
+	conds := conditionsOf(d)
+	ready, synced := cond(conds, "Ready"), cond(conds, "Synced")
 	vmState, _ := d.Resource.GetString("status.atProvider.state")
 	waiting, _ := d.Resource.GetString("status.atProvider.waitingFor")
 	switch {
@@ -298,6 +307,14 @@ func observe(observed map[resource.Name]resource.ObservedComposed) state {
 		if m := inputMessage(observed, waiting); m != "" {
 			st.message += ": " + m
 		}
+	case synced.Status == "False" && vmState == "" && unborn(observed, composesImage) != "":
+		// The KVMDomain was composed together with its seed (and image) and cannot resolve
+		// them until they exist and are Ready: still creating, not an error.
+		pending := unborn(observed, composesImage)
+		st.phase, st.message = PhaseCreating, "waiting for "+pending
+		if m := inputMessage(observed, strings.TrimPrefix(pending, "its ")); m != "" {
+			st.message += ": " + m
+		}
 	case synced.Status == "False":
 		st.phase, st.message = PhaseError, synced.Message
 	case vmState == "":
@@ -306,12 +323,32 @@ func observe(observed map[resource.Name]resource.ObservedComposed) state {
 		st.phase = PhaseCreating
 	case vmState == "ShutOff":
 		st.phase, st.message = PhaseStopped, ready.Message
-	case ip != "":
+	case hasIP:
 		st.phase, st.message = PhaseProbing, ready.Message
 	default:
 		st.phase, st.message = PhaseBooting, ready.Message
 	}
-	return st
+	return st.phase, st.message
+}
+
+// unborn says which input this Proxy composes is not Ready yet: "its SeedVolume to be
+// created" while it is not observed, "SeedVolume web-seed to be Ready" after; "" when all are.
+func unborn(observed map[resource.Name]resource.ObservedComposed, composesImage bool) string {
+	inputs := []resource.Name{ResourceSeed}
+	if composesImage {
+		inputs = append(inputs, ResourceBaseImage)
+	}
+	kinds := map[resource.Name]string{ResourceSeed: "SeedVolume", ResourceBaseImage: "BaseImage"}
+	for _, in := range inputs {
+		o, ok := observed[in]
+		if !ok {
+			return "its " + kinds[in] + " to be created"
+		}
+		if cond(conditionsOf(o), "Ready").Status != "True" {
+			return kinds[in] + " " + o.Resource.GetName() + " to be Ready"
+		}
+	}
+	return ""
 }
 
 // observedSecretIP returns the guest address in an observed Secret, or "" when it has none.

@@ -390,6 +390,22 @@ type: Opaque
 	return m
 }
 
+const observedSeedReady = `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: SeedVolume
+metadata: {name: web-seed}
+status:
+  conditions: [{type: Synced, status: "True"}, {type: Ready, status: "True"}]
+`
+
+const observedImageReady = `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: BaseImage
+metadata: {name: web-image}
+status:
+  conditions: [{type: Synced, status: "True"}, {type: Ready, status: "True"}]
+`
+
 func TestRunFunctionObserved(t *testing.T) {
 	cases := map[string]struct {
 		observed   map[string]string
@@ -448,8 +464,32 @@ apiVersion: kvm.crossplane.io/v1alpha1
 kind: KVMDomain
 status:
   conditions: [{type: Synced, status: "False", reason: ReconcileError, message: "cannot get BaseImage debian: not found"}]
-`},
+`, ResourceSeed: observedSeedReady, ResourceBaseImage: observedImageReady},
 			wantStatus: map[string]any{"phase": PhaseError, "message": "cannot get BaseImage debian: not found", "secretName": "web-proxy"},
+		},
+		"ReferenceToAnInputNotObservedYetIsNotAnError": {
+			observed: map[string]string{ResourceDomain: `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: KVMDomain
+status:
+  conditions: [{type: Synced, status: "False", reason: ReconcileError, message: "cannot resolve references: SeedVolume web-seed not found"}]
+`},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for its SeedVolume to be created", "secretName": "web-proxy"},
+		},
+		"ReferenceToAnInputNotReadyYetIsNotAnError": {
+			observed: map[string]string{ResourceDomain: `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: KVMDomain
+status:
+  conditions: [{type: Synced, status: "False", reason: ReconcileError, message: "cannot resolve references: SeedVolume web-seed is not Ready"}]
+`, ResourceSeed: `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: SeedVolume
+metadata: {name: web-seed}
+status:
+  conditions: [{type: Ready, status: "False", reason: Creating, message: "uploading the seed"}]
+`},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for SeedVolume web-seed to be Ready: uploading the seed", "secretName": "web-proxy"},
 		},
 		"WaitingForAnInputIsNotAnError": {
 			observed: map[string]string{ResourceDomain: `
@@ -940,4 +980,22 @@ func TestServiceName(t *testing.T) {
 func hash12(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:12]
+}
+
+func TestRunFunctionOwnImageNotObservedYet(t *testing.T) {
+	observed := map[string]string{
+		ResourceDomain: `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: KVMDomain
+status:
+  conditions: [{type: Synced, status: "False", reason: ReconcileError, message: "cannot resolve references: BaseImage egress-image not found"}]
+`,
+		ResourceSeed: observedSeedReady,
+	}
+	rsp := run(t, newRequest(t, fullXR, observed))
+	mustNoFatal(t, rsp)
+	st := xrStatus(rsp)
+	if st["phase"] != PhaseCreating || st["message"] != "waiting for its BaseImage to be created" {
+		t.Errorf("phase %v, message %q; want Creating, waiting for its BaseImage to be created", st["phase"], st["message"])
+	}
 }

@@ -10,7 +10,8 @@ import (
 )
 
 const (
-	errCallTimeout = "libvirt call to %s did not finish in time; connection closed"
+	errCallTimeout = "libvirt call to %s did not finish in time; it was abandoned, the connection stays open for other calls"
+	errNotSent     = "libvirt call to %s not sent: its context has ended"
 	errConnLost    = "libvirt connection to %s was lost"
 	errDialFrom    = "cannot dial %s %s from libvirt host %s"
 )
@@ -44,18 +45,35 @@ func (c *Conn) acquire(ctx context.Context) (*session, func(), error) {
 	}
 }
 
-// Do calls fn with the libvirt client, reopening the connection first if
-// it dropped. go-libvirt's calls take no context, so when ctx ends before fn
-// returns, Do closes the connection (which unblocks fn; the next call
-// reopens) and returns an error that wraps ctx.Err(). fn must not keep l.
+// Do calls fn with the libvirt client, reopening the connection first if it dropped.
+//
+// go-libvirt's calls take no context, and the connection is shared by every caller of the
+// host, so a call that outlives ctx is abandoned, not cut: Do returns an error wrapping
+// ctx.Err() at once, and fn goes on in the background until its reply comes. Nothing is sent
+// for a ctx that has ended already. To tell a stuck call (a QEMU that does not answer one
+// domain's monitor) from a stuck connection, an abandoned call makes Do probe the connection
+// with a cheap call: if that is answered within the probe timeout the connection stays up for
+// everyone; if not, it is torn down (and every call on it fails). At most
+// maxAbandoned abandoned calls may be outstanding on one connection; beyond that it is
+// replaced. fn must not keep l.
 func (c *Conn) Do(ctx context.Context, fn func(l *libvirt.Libvirt) error) error {
+	if err := ctx.Err(); err != nil {
+		return errors.Wrapf(err, errNotSent, c.cfg.Address())
+	}
 	s, release, err := c.acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer release()
+	if err := ctx.Err(); err != nil {
+		release()
+		return errors.Wrapf(err, errNotSent, c.cfg.Address())
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- fn(s.lv) }()
+	go func() {
+		// The call counts as use of the connection until it returns, abandoned or not.
+		defer release()
+		errc <- fn(s.lv)
+	}()
 	select {
 	case err := <-errc:
 		if err != nil && !s.healthy() {
@@ -65,7 +83,7 @@ func (c *Conn) Do(ctx context.Context, fn func(l *libvirt.Libvirt) error) error 
 		}
 		return err
 	case <-ctx.Done():
-		s.kill()
+		s.abandoned(errc, c.conns.probeTimeout) //nolint:contextcheck // the probe outlives the abandoned call's context
 		return errors.Wrapf(ctx.Err(), errCallTimeout, c.cfg.Address())
 	}
 }

@@ -19,12 +19,19 @@ const (
 	DefaultDialTimeout = 15 * time.Second
 	DefaultKeepAlive   = 30 * time.Second
 	DefaultIdleTimeout = 10 * time.Minute
+	// DefaultBreakerInitial is how long a host whose connection attempt failed is not
+	// dialled again; each further failure doubles it, up to DefaultBreakerMax.
+	DefaultBreakerInitial = 2 * time.Second
+	DefaultBreakerMax     = time.Minute
+	// DefaultProbeTimeout bounds the liveness probe sent when a call outlives its context.
+	DefaultProbeTimeout = 10 * time.Second
 )
 
 const (
 	errPoolClosed = "connection pool is closed"
+	errNoAnswer   = "no answer within the dial timeout (%s)"
 	errConnect    = "cannot connect to libvirt host %s"
-	errWaitDial   = "cannot connect to libvirt host %s: gave up waiting for another caller's dial"
+	errWaitDial   = "cannot connect to libvirt host %s: gave up waiting for the connection attempt in progress"
 )
 
 // errEvicted tells an acquire that its entry was closed for idleness in the
@@ -58,6 +65,17 @@ func WithKeepAlive(d time.Duration) Option { return func(p *Connections) { p.kee
 
 // WithIdleTimeout closes connections unused for d. Zero keeps them open.
 func WithIdleTimeout(d time.Duration) Option { return func(p *Connections) { p.idleTimeout = d } }
+
+// WithBreaker sets the backoff of the circuit breaker of each host: after a failed connection
+// attempt the host is not dialled again for initial, doubling with each further failure up to
+// max; calls fail at once with a *HostDownError meanwhile. Zero initial disables the breaker.
+func WithBreaker(initial, maxBackoff time.Duration) Option {
+	return func(p *Connections) { p.breakerInitial, p.breakerMax = initial, maxBackoff }
+}
+
+// WithProbeTimeout bounds the probe that tells a stuck call from a stuck connection (see
+// Conn.Do).
+func WithProbeTimeout(d time.Duration) Option { return func(p *Connections) { p.probeTimeout = d } }
 
 // WithOnOpen calls fn every time the pool opens an SSH connection (or a
 // Unix libvirt connection), e.g. to warn about an insecure one. fn must not
@@ -104,12 +122,16 @@ func ContextWithOnOpen(ctx context.Context, fn func(OpenInfo)) context.Context {
 // Connections shares libvirt connections among callers. It is safe for concurrent
 // use. The zero value is not usable: call NewConnections.
 type Connections struct {
-	dialTimeout time.Duration
-	keepAlive   time.Duration
-	idleTimeout time.Duration
-	onOpen      func(OpenInfo)
-	onLibvirt   func(ctx context.Context, address string, l *libvirt.Libvirt)
-	log         logging.Logger
+	dialTimeout    time.Duration
+	keepAlive      time.Duration
+	idleTimeout    time.Duration
+	breakerInitial time.Duration
+	breakerMax     time.Duration
+	probeTimeout   time.Duration
+	now            func() time.Time
+	onOpen         func(OpenInfo)
+	onLibvirt      func(ctx context.Context, address string, l *libvirt.Libvirt)
+	log            logging.Logger
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -118,18 +140,26 @@ type Connections struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+	// ctx ends with Close; it cancels dials in progress.
+	ctx    context.Context //nolint:containedctx // the pool's lifetime
+	cancel context.CancelFunc
 }
 
 // NewConnections returns a connection pool.
 func NewConnections(opts ...Option) *Connections {
 	p := &Connections{
-		dialTimeout: DefaultDialTimeout,
-		keepAlive:   DefaultKeepAlive,
-		idleTimeout: DefaultIdleTimeout,
-		log:         logging.NewNopLogger(),
-		entries:     map[string]*entry{},
-		stop:        make(chan struct{}),
+		dialTimeout:    DefaultDialTimeout,
+		keepAlive:      DefaultKeepAlive,
+		idleTimeout:    DefaultIdleTimeout,
+		breakerInitial: DefaultBreakerInitial,
+		breakerMax:     DefaultBreakerMax,
+		probeTimeout:   DefaultProbeTimeout,
+		now:            time.Now,
+		log:            logging.NewNopLogger(),
+		entries:        map[string]*entry{},
+		stop:           make(chan struct{}),
 	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(p)
 	}
@@ -158,7 +188,10 @@ func (p *Connections) Get(ctx context.Context, c Config) (*Conn, error) {
 
 // Close closes every pooled connection. Later calls fail.
 func (p *Connections) Close() error {
-	p.stopOnce.Do(func() { close(p.stop) })
+	p.stopOnce.Do(func() {
+		close(p.stop)
+		p.cancel()
+	})
 	p.wg.Wait()
 	p.mu.Lock()
 	p.closed = true
@@ -201,7 +234,7 @@ func (p *Connections) entry(key string, c Config) (*entry, error) {
 	}
 	e, ok := p.entries[key]
 	if !ok {
-		e = &entry{cfg: c, dialLock: make(chan struct{}, 1), lastUsed: time.Now()}
+		e = &entry{cfg: c, lastUsed: time.Now()}
 		p.entries[key] = e
 	}
 	return e, nil
@@ -299,16 +332,26 @@ func (p *Connections) open(ctx context.Context, c Config, old *session) (*sessio
 	return s, nil
 }
 
-// entry is the pooled connection for one Config.
+// entry is the pooled connection for one Config, and the circuit breaker of its host.
 type entry struct {
-	cfg      Config
-	dialLock chan struct{} // held while (re)opening; waiting honours ctx
+	cfg Config
 
 	mu       sync.Mutex
 	sess     *session
 	inflight int // calls and tunnels using sess, and dials
 	lastUsed time.Time
 	evicted  bool
+	// dial is the connection attempt in progress, nil when none is.
+	dial *dialAttempt
+	// down is the breaker: failures since the last successful open, nil when there are none.
+	down *HostDownError
+}
+
+// dialAttempt is one connection attempt; callers wait for done.
+type dialAttempt struct {
+	done chan struct{}
+	sess *session // set before done is closed
+	err  error
 }
 
 func (e *entry) evict() *session {
@@ -339,44 +382,118 @@ func (e *entry) release() {
 	e.mu.Unlock()
 }
 
-// acquire returns a healthy session, opening one if needed. On success the
-// caller must call e.release when done.
+// acquire returns a healthy session, opening one if needed. On success the caller must call
+// e.release when done.
+//
+// The breaker: while a host's last connection attempt failed and its backoff has not passed,
+// acquire fails at once with a *HostDownError, and when it has passed exactly one caller
+// starts the next attempt and waits for it; others fail at once meanwhile. Only the first
+// attempt to a host with no failure on record is waited for by every caller (bounded by each
+// one's context). Attempts run on a context of their own (bounded by the dial timeout and the
+// pool's Close), so their outcome is recorded even when the caller that started one gave up.
 func (e *entry) acquire(ctx context.Context, p *Connections) (*session, error) {
 	e.mu.Lock()
 	if e.evicted {
 		e.mu.Unlock()
 		return nil, errEvicted
 	}
-	e.inflight++
-	e.lastUsed = time.Now()
 	s := e.sess
-	e.mu.Unlock()
 	if s.healthy() {
+		e.inflight++
+		e.lastUsed = time.Now()
+		e.mu.Unlock()
 		return s, nil
 	}
+	now := p.now()
+	a := e.dial
+	switch {
+	case a == nil && e.down != nil && now.Before(e.down.RetryAt):
+		err := e.down.snapshot(false)
+		e.mu.Unlock()
+		return nil, err
+	case a != nil && e.down != nil:
+		err := e.down.snapshot(true)
+		e.mu.Unlock()
+		return nil, err
+	case a == nil:
+		a = e.startDial(ctx, p, s)
+	}
+	e.inflight++
+	e.lastUsed = time.Now()
+	e.mu.Unlock()
 	select {
-	case e.dialLock <- struct{}{}:
+	case <-a.done:
+		if a.err != nil {
+			e.release()
+			return nil, a.err
+		}
+		return a.sess, nil
 	case <-ctx.Done():
 		e.release()
 		return nil, errors.Wrapf(ctx.Err(), errWaitDial, e.cfg.Address())
 	}
-	defer func() { <-e.dialLock }()
+}
+
+// startDial starts a connection attempt replacing old; e.mu is held.
+func (e *entry) startDial(ctx context.Context, p *Connections, old *session) *dialAttempt {
+	a := &dialAttempt{done: make(chan struct{})}
+	e.dial = a
+	e.inflight++ // the attempt keeps the entry from being reaped
+	// The caller's values (its OnOpen hook, its metrics kind), the pool's lifetime.
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(p.ctx, cancel) //nolint:contextcheck // the attempt ends with the pool, not with the caller that started it
+	// Close does not wait for attempts (a WaitGroup's Add may not race its Wait): it cancels
+	// them, and one that succeeds anyway on an evicted entry closes its connection.
+	go func() {
+		defer cancel()
+		defer stop()
+		ns, err := p.open(dctx, e.cfg, old)
+		if err != nil && p.dialTimeout > 0 && isTimeout(err) {
+			err = errors.Wrapf(err, errNoAnswer, p.dialTimeout)
+		}
+		e.finishDial(p, a, old, ns, err)
+	}()
+	return a
+}
+
+// isTimeout is true when err is a timeout: the dial timeout's context, or a net timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// finishDial records the outcome of attempt a.
+func (e *entry) finishDial(p *Connections, a *dialAttempt, old, ns *session, err error) {
+	closing := p.ctx.Err() != nil
 	e.mu.Lock()
-	s = e.sess
-	e.mu.Unlock()
-	if s.healthy() {
-		return s, nil
+	e.dial = nil
+	e.inflight--
+	e.lastUsed = time.Now()
+	evicted := e.evicted
+	switch {
+	case err != nil:
+		a.err = errors.Wrapf(err, errConnect, e.cfg.Address())
+		if !closing && p.breakerInitial > 0 {
+			e.down = e.down.failed(e.cfg.Address(), err, p.now(), p.breakerInitial, p.breakerMax)
+			metrics.ConnectFailed(metrics.HostLabel(e.cfg.Address()))
+			p.log.Debug("Cannot connect to libvirt host", "address", e.cfg.Address(), "failures", e.down.Failures, "retryAt", e.down.RetryAt, "error", err)
+		}
+	case evicted:
+		a.err = errors.Wrapf(errors.New(errPoolClosed), errConnect, e.cfg.Address())
+	default:
+		if e.down != nil {
+			metrics.Reachable(metrics.HostLabel(e.cfg.Address()))
+			p.log.Info("Connected to libvirt host again", "address", e.cfg.Address(), "failures", e.down.Failures, "since", e.down.Since)
+		}
+		e.down = nil
+		e.sess, a.sess = ns, ns // each waiting caller counted itself in inflight
 	}
-	ns, err := p.open(ctx, e.cfg, s)
-	if err != nil {
-		e.release()
-		return nil, errors.Wrapf(err, errConnect, e.cfg.Address())
-	}
-	e.mu.Lock()
-	old := e.sess
-	e.sess = ns
+	close(a.done)
 	e.mu.Unlock()
-	if old != nil {
+	if err == nil && evicted {
+		go ns.close()
+	}
+	if err == nil && !evicted && old != nil {
 		if old.ssh != nil && old.ssh == ns.ssh {
 			go old.closeLibvirt()
 		} else {
@@ -384,5 +501,4 @@ func (e *entry) acquire(ctx context.Context, p *Connections) (*session, error) {
 		}
 		p.log.Debug("Reopened libvirt connection", "address", e.cfg.Address())
 	}
-	return ns, nil
 }

@@ -47,7 +47,7 @@ func silentServer(t *testing.T) (string, int) {
 	return a.IP.String(), a.Port
 }
 
-func testKey(t *testing.T) []byte {
+func testKey(t testing.TB) []byte {
 	t.Helper()
 	_, k, _ := ed25519.GenerateKey(rand.Reader)
 	b, err := ssh.MarshalPrivateKey(k, "")

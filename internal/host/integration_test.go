@@ -468,6 +468,9 @@ func TestIntegrationIdleClose(t *testing.T) {
 	}
 }
 
+// TestIntegrationCallDeadline checks the stuck-call rule on the real host: a call that
+// outlives its context returns at once with the context's error while other callers of the
+// host go on on the same connection, unharmed, and nothing is reopened.
 func TestIntegrationCallDeadline(t *testing.T) {
 	tb := requireTestbed(t)
 	var opened atomic.Int32
@@ -476,15 +479,94 @@ func TestIntegrationCallDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
+	sshBefore := tb.sshConns(t)
+	stop := make(chan struct{})
+	var calls, failed atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := libVersion(ctxT(t, 10*time.Second), c); err != nil {
+					failed.Add(1)
+					t.Errorf("another caller's call: %v", err)
+				}
+				calls.Add(1)
+			}
+		})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	err = c.Do(ctx, func(*libvirt.Libvirt) error { time.Sleep(time.Second); return nil })
+	start := time.Now()
+	// A real RPC, then a reply that takes a second and a half to come.
+	err = c.Do(ctx, func(l *libvirt.Libvirt) error {
+		if _, err := l.ConnectGetLibVersion(); err != nil {
+			return err
+		}
+		time.Sleep(1500 * time.Millisecond)
+		return nil
+	})
+	took := time.Since(start)
+	time.Sleep(2 * time.Second) // the stuck call returns, the others go on
+	close(stop)
+	wg.Wait()
 	if !errorsIs(err, context.DeadlineExceeded) {
 		t.Fatalf("Do past deadline: %v, want context.DeadlineExceeded", err)
 	}
-	mustVersion(t, ctxT(t, 30*time.Second), c)
-	if got := opened.Load(); got != 2 {
-		t.Errorf("SSH opens = %d, want 2 (the timed-out connection is replaced)", got)
+	if took > 400*time.Millisecond {
+		t.Errorf("Do past its deadline returned after %v, want at its deadline", took)
+	}
+	if calls.Load() < 10 || failed.Load() != 0 {
+		t.Errorf("other callers: %d calls, %d failed; want many, none failed", calls.Load(), failed.Load())
+	}
+	if got := opened.Load(); got != 1 {
+		t.Errorf("SSH opens = %d, want 1 (the shared connection is kept)", got)
+	}
+	if got := tb.sshConns(t); got != sshBefore {
+		t.Errorf("SSH connections to the host = %d, want %d", got, sshBefore)
+	}
+	// A context that has ended sends nothing.
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	sent := false
+	if err := c.Do(done, func(*libvirt.Libvirt) error { sent = true; return nil }); !errorsIs(err, context.Canceled) || sent {
+		t.Errorf("Do with an ended context: %v, sent %v; want context.Canceled, nothing sent", err, sent)
+	}
+	t.Logf("%d calls of other callers during the stuck call, none failed", calls.Load())
+}
+
+// TestIntegrationBreakerRecovers checks that a host that comes back is connected at the
+// breaker's next attempt, and that its failures are forgotten: a Unix transport to a socket
+// path that appears later (a link to the test bed's libvirt socket).
+func TestIntegrationBreakerRecovers(t *testing.T) {
+	tb := requireTestbed(t)
+	sock := filepath.Join(t.TempDir(), "libvirt-sock")
+	p := newPool(t, WithBreaker(500*time.Millisecond, time.Second))
+	cfg := Config{Transport: TransportUnix, Socket: sock}
+	if _, err := p.Get(ctxT(t, 10*time.Second), cfg); err == nil {
+		t.Fatal("Get before the socket exists: want an error")
+	}
+	if _, err := p.Get(ctxT(t, 10*time.Second), cfg); !IsHostDown(err) {
+		t.Fatalf("second Get: %v, want a *HostDownError", err)
+	}
+	if err := os.Symlink(tb.socket, sock); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := p.Get(ctxT(t, 10*time.Second), cfg)
+		if err == nil {
+			mustVersion(t, ctxT(t, 10*time.Second), c)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the host came back but Get still fails: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

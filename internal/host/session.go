@@ -11,6 +11,8 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/digitalocean/go-libvirt"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 const (
@@ -96,6 +98,26 @@ func dialSSH(ctx context.Context, c Config, keepAlive time.Duration) (*sshConn, 
 	return sc, nil
 }
 
+// answers reports whether the SSH server answers a keepalive within timeout.
+func (s *sshConn) answers(timeout time.Duration) bool {
+	if !s.alive() {
+		return false
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := s.client.SendRequest(keepAliveRequest, true, nil)
+		errc <- err
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-errc:
+		return err == nil
+	case <-t.C:
+		return false
+	}
+}
+
 // keepAlive sends keepalive@openssh.com every interval and closes the
 // connection when a reply does not come within the next interval.
 func (s *sshConn) keepAlive(interval time.Duration) {
@@ -159,12 +181,79 @@ func (d *streamDialer) closeLast() {
 	}
 }
 
+// maxAbandoned bounds the calls abandoned by Conn.Do still outstanding on one connection
+// (each holds a goroutine); one more replaces the connection.
+const maxAbandoned = 32
+
+// opProbe is the op label of the liveness probe (see session.abandoned).
+const opProbe = "ConnectGetLibVersion"
+
 // session is one open libvirt connection, over ssh (nil for Unix).
 type session struct {
 	ssh    *sshConn
 	lv     *libvirt.Libvirt
 	d      *streamDialer
 	broken atomic.Bool
+
+	// outstanding counts abandoned calls that have not returned; probing is set while a
+	// liveness probe runs.
+	outstanding atomic.Int32
+	probing     atomic.Bool
+	// probe is the liveness call; lv's ConnectGetLibVersion unless a test replaces it.
+	probe func() error
+}
+
+// abandoned is told of a call, whose result comes on errc, that outlived its context. It
+// keeps count of such calls until they return, and probes the connection: a connection that
+// does not answer a cheap call within timeout is stuck itself and is torn down.
+func (s *session) abandoned(errc <-chan error, timeout time.Duration) {
+	n := s.outstanding.Add(1)
+	go func() {
+		if err := <-errc; err != nil {
+			_ = err // the abandoned call's error: its caller has gone
+		}
+		s.outstanding.Add(-1)
+	}()
+	if n > maxAbandoned {
+		s.retire()
+		return
+	}
+	if !s.probing.CompareAndSwap(false, true) {
+		return // a probe is running: it answers for this call too
+	}
+	go func() {
+		defer s.probing.Store(false)
+		probe := s.probe
+		if probe == nil {
+			probe = func() error {
+				metrics.Call(context.Background(), opProbe)
+				_, err := s.lv.ConnectGetLibVersion()
+				return err
+			}
+		}
+		done := make(chan error, 1)
+		go func() { done <- probe() }()
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case err := <-done:
+			if err != nil && !s.healthy() {
+				return // dropped meanwhile: the next call reopens
+			}
+		case <-t.C:
+			s.retire()
+		}
+	}()
+}
+
+// retire tears down a stuck libvirt connection. The SSH connection is kept for the next
+// libvirt connection when it still answers a keepalive (only libvirtd is stuck), else closed.
+func (s *session) retire() {
+	s.broken.Store(true)
+	s.d.closeLast()
+	if s.ssh != nil && !s.ssh.answers(disconnectTimeout) {
+		s.ssh.close()
+	}
 }
 
 // healthy reports whether the session can take calls.
@@ -176,16 +265,6 @@ func (s *session) healthy() bool {
 		return false
 	}
 	return s.lv.IsConnected()
-}
-
-// kill tears the session down at once: it is used when a call outlived its
-// context, so nothing is sent to a possibly stuck peer.
-func (s *session) kill() {
-	s.broken.Store(true)
-	s.d.closeLast()
-	if s.ssh != nil {
-		s.ssh.close()
-	}
 }
 
 // closeLibvirt ends only the libvirt connection, politely when possible.

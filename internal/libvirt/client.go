@@ -405,8 +405,13 @@ func (c *Client) doStream(ctx context.Context, fn func(l rpc) error) error {
 // number of bytes r yields, or 0 when unknown (then r is read to EOF). A
 // read error of r aborts the stream and is returned. When ctx ends the
 // stream is aborted and the error wraps ctx's cause.
+//
+// When the Client's Conn is a Dialer, the upload runs on a libvirt connection of its own (see
+// ownConn), so that neither a stuck upload nor its cancellation touches the host's shared
+// connection, and nothing done to the shared connection (a reconnect, a stuck call's
+// connection torn down) cuts the upload.
 func (c *Client) Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error {
-	err := c.doStream(ctx, func(l rpc) error {
+	upload := func(l rpc) error {
 		sp, err := c.activePool(l, pool)
 		if err != nil {
 			return err
@@ -416,7 +421,16 @@ func (c *Client) Upload(ctx context.Context, pool, name string, r io.Reader, len
 			return err
 		}
 		return l.StorageVolUpload(sv, ctxReader{ctx: ctx, r: r}, 0, length, 0)
-	})
+	}
+	var err error
+	if d, ok := c.conn.(Dialer); ok {
+		err = c.ownConn(ctx, d, c.grace, false, upload)
+		if err != nil && ctx.Err() != nil {
+			err = errors.Wrapf(context.Cause(ctx), errStreamAbort, err)
+		}
+	} else {
+		err = c.doStream(ctx, upload)
+	}
 	return errors.Wrapf(err, errUploadVol, name, pool, c.conn.Address())
 }
 

@@ -44,10 +44,12 @@
 //
 // # Uploads and cancellation
 //
-// go-libvirt's calls take no context; Conn.Do closes the whole (shared) connection
-// when the context ends. For a stream that would also kill every other caller's
-// call on the connection, so Upload first tries to end the stream the libvirt way:
-// when ctx ends, its reader returns ctx's error, go-libvirt sends a stream abort
-// and libvirt answers "stream aborted". Only if that does not finish within
-// StreamAbortGrace is the connection closed.
+// go-libvirt's calls take no context. Conn.Do abandons a call that outlives its context
+// rather than closing the host's shared connection (see internal/host), and no RPC of a
+// Client's call is sent once that call's context has ended. Uploads, like downloads, run on a
+// libvirt connection of their own (when the Conn is a Dialer), so nothing done to the shared
+// connection cuts them, and ending one touches no other call: when ctx ends, the upload's
+// reader returns ctx's error, go-libvirt sends a stream abort and libvirt answers "stream
+// aborted"; only if that does not finish within StreamAbortGrace is the upload's own
+// connection closed.
 package libvirt

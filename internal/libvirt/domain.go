@@ -183,11 +183,51 @@ func (c *Client) DestroyDomain(ctx context.Context, name string) error {
 	return errors.Wrapf(err, errDestroyDomain, name, c.conn.Address())
 }
 
-// UndefineDomain removes a stopped domain's definition with its NVRAM file and managed
-// save image.
+// Versions of libvirt that first accept each undefine flag (libvirt's virDomainUndefineFlags
+// documentation). An older libvirtd refuses a flag it does not know with "unsupported flags",
+// so UndefineDomain asks the daemon's version first.
+const (
+	libvirtManagedSaveMin         uint64 = 9_004     // 0.9.4
+	libvirtSnapshotsMetadataMin   uint64 = 9_005     // 0.9.5
+	libvirtNvramMin               uint64 = 1_002_009 // 1.2.9
+	libvirtCheckpointsMetadataMin uint64 = 5_006_000 // 5.6.0
+	libvirtTpmMin                 uint64 = 8_009_000 // 8.9.0
+)
+
+// UndefineFlags are the flags UndefineDomain passes to a libvirt of version v (major*1e6 +
+// minor*1e3 + micro): remove the managed save image, snapshot and checkpoint metadata, the
+// NVRAM file and the TPM state, each where v supports it. A domain with snapshots or
+// checkpoints cannot be undefined without the metadata flags; one with NVRAM (UEFI) not
+// without the NVRAM flag.
+func UndefineFlags(v uint64) golibvirt.DomainUndefineFlagsValues {
+	var f golibvirt.DomainUndefineFlagsValues
+	for _, x := range []struct {
+		min  uint64
+		flag golibvirt.DomainUndefineFlagsValues
+	}{
+		{libvirtManagedSaveMin, golibvirt.DomainUndefineManagedSave},
+		{libvirtSnapshotsMetadataMin, golibvirt.DomainUndefineSnapshotsMetadata},
+		{libvirtNvramMin, golibvirt.DomainUndefineNvram},
+		{libvirtCheckpointsMetadataMin, golibvirt.DomainUndefineCheckpointsMetadata},
+		{libvirtTpmMin, golibvirt.DomainUndefineTpm},
+	} {
+		if v >= x.min {
+			f |= x.flag
+		}
+	}
+	return f
+}
+
+// UndefineDomain removes a stopped domain's definition with its managed save image, snapshot
+// and checkpoint metadata, NVRAM file and TPM state, using the flags the host's libvirt
+// supports (UndefineFlags): two RPCs more than the lookup, the version and the undefine.
 func (c *Client) UndefineDomain(ctx context.Context, name string) error {
 	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error {
-		return l.DomainUndefineFlags(d, golibvirt.DomainUndefineNvram|golibvirt.DomainUndefineManagedSave)
+		v, err := l.ConnectGetLibVersion()
+		if err != nil {
+			return errors.Wrap(err, "cannot read the libvirt version")
+		}
+		return l.DomainUndefineFlags(d, UndefineFlags(v))
 	})
 	if err == nil {
 		// The remembered handle names a domain that is gone: forget it now rather than at

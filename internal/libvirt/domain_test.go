@@ -63,3 +63,36 @@ func TestUUIDString(t *testing.T) {
 		t.Errorf("uuidString(): got %s, want %s", got, want)
 	}
 }
+
+func TestUndefineFlags(t *testing.T) {
+	const (
+		save  = golibvirt.DomainUndefineManagedSave
+		snap  = golibvirt.DomainUndefineSnapshotsMetadata
+		nvram = golibvirt.DomainUndefineNvram
+		ckpt  = golibvirt.DomainUndefineCheckpointsMetadata
+		tpm   = golibvirt.DomainUndefineTpm
+	)
+	cases := map[string]struct {
+		version uint64
+		want    golibvirt.DomainUndefineFlagsValues
+	}{
+		"0.9.3: none":                      {9_003, 0},
+		"0.9.4: managed save":              {9_004, save},
+		"0.9.5: snapshots metadata":        {9_005, save | snap},
+		"1.2.8: still no NVRAM":            {1_002_008, save | snap},
+		"1.2.9: NVRAM":                     {1_002_009, save | snap | nvram},
+		"5.5.0: no checkpoints metadata":   {5_005_000, save | snap | nvram},
+		"5.6.0: checkpoints metadata":      {5_006_000, save | snap | nvram | ckpt},
+		"8.0.0 (Ubuntu 22.04): no TPM":     {8_000_000, save | snap | nvram | ckpt},
+		"8.9.0: TPM":                       {8_009_000, save | snap | nvram | ckpt | tpm},
+		"9.0.0 (Debian 12, the test bed)":  {9_000_000, save | snap | nvram | ckpt | tpm},
+		"never the keep flags, 11.0.0 too": {11_000_000, save | snap | nvram | ckpt | tpm},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, UndefineFlags(tc.version)); diff != "" {
+				t.Errorf("UndefineFlags(%d): -want +got:\n%s", tc.version, diff)
+			}
+		})
+	}
+}

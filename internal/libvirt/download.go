@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	golibvirt "github.com/digitalocean/go-libvirt"
@@ -78,14 +79,28 @@ func download(l rpc, pool, name string, w io.Writer, offset, length uint64) erro
 }
 
 func (c *Client) downloadOwnConn(ctx context.Context, d Dialer, pool, name string, w io.Writer, offset, length uint64) error {
+	return c.ownConn(ctx, d, 0, true, func(l rpc) error { return download(l, pool, name, w, offset, length) })
+}
+
+// ownConn runs fn on a libvirt connection of its own, dialled through d to the host's socket,
+// and closes it afterwards. When ctx ends, fn is given grace to end by itself (an upload's
+// reader fails and go-libvirt aborts the stream) before the connection is closed; only this
+// connection, never the host's shared one. reorder puts stream packets that overtake their
+// call's reply back behind it (see Download).
+func (c *Client) ownConn(ctx context.Context, d Dialer, grace time.Duration, reorder bool, fn func(l rpc) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	nc, err := d.DialContext(ctx, "unix", c.socket)
 	if err != nil {
 		return err
 	}
 	defer nc.Close() //nolint:errcheck // ends go-libvirt's receive loop
-	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
-	defer stop()
-	lv := golibvirt.NewWithDialer(dialers.NewAlreadyConnected(newReorderConn(nc)))
+	conn := nc
+	if reorder {
+		conn = newReorderConn(nc)
+	}
+	lv := golibvirt.NewWithDialer(dialers.NewAlreadyConnected(conn))
 	ctx = c.withKind(ctx)
 	l := rpc{l: lv, ctx: ctx, count: c.count}
 	errc := make(chan error, 1)
@@ -96,15 +111,24 @@ func (c *Client) downloadOwnConn(ctx context.Context, d Dialer, pool, name strin
 			errc <- errors.Wrapf(err, "cannot open libvirt connection %s", c.uri)
 			return
 		}
-		errc <- download(l, pool, name, w, offset, length)
+		errc <- fn(l)
 	}()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
-		_ = nc.Close()
-		return ctx.Err()
 	}
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case err := <-errc:
+			return err
+		case <-t.C:
+		}
+	}
+	_ = nc.Close()
+	return ctx.Err()
 }
 
 // Packet layout of libvirt's RPC protocol: length, program, version,

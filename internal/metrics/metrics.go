@@ -5,7 +5,12 @@
 //     kind whose reconcile made them ("other" when unknown) and the RPC (e.g.
 //     DomainLookupByName).
 //   - provider_kvm_libvirt_connections_opened_total{host}: libvirt connections opened, the
-//     host's shared one (first open and reconnects) and those of their own (downloads).
+//     host's shared one (first open and reconnects) and those of their own (downloads and
+//     uploads).
+//   - provider_kvm_host_connect_failures_total{host}: connection attempts to the host that
+//     failed.
+//   - provider_kvm_host_unreachable{host}: 1 while the host's circuit breaker is open (its
+//     last connection attempt failed), else 0.
 //
 // Labels never hold secrets: kinds and RPC names are fixed sets, host is host:port or the
 // Unix socket path.
@@ -23,6 +28,8 @@ import (
 const (
 	CallsName       = "provider_kvm_libvirt_calls_total"
 	ConnectionsName = "provider_kvm_libvirt_connections_opened_total"
+	FailuresName    = "provider_kvm_host_connect_failures_total"
+	UnreachableName = "provider_kvm_host_unreachable"
 )
 
 // OpConnectOpen is the op label of opening a libvirt connection (go-libvirt's ConnectToURI
@@ -42,8 +49,10 @@ const KindOther = "other"
 
 // Counters are the provider's counters; Default is the one registered on the metrics endpoint.
 type Counters struct {
-	calls *prometheus.CounterVec
-	conns *prometheus.CounterVec
+	calls       *prometheus.CounterVec
+	conns       *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	unreachable *prometheus.GaugeVec
 }
 
 // New returns unregistered counters.
@@ -55,17 +64,27 @@ func New() *Counters {
 		}, []string{"kind", "op"}),
 		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: ConnectionsName,
-			Help: "libvirt connections opened: the host's shared one (first open and reconnects) and those of their own (downloads).",
+			Help: "libvirt connections opened: the host's shared one (first open and reconnects) and those of their own (downloads and uploads).",
+		}, []string{"host"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: FailuresName,
+			Help: "Connection attempts to the libvirt host that failed.",
+		}, []string{"host"}),
+		unreachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: UnreachableName,
+			Help: "1 while the libvirt host's circuit breaker is open (its last connection attempt failed), else 0.",
 		}, []string{"host"}),
 	}
 }
 
 // Register adds the counters to r.
 func (c *Counters) Register(r prometheus.Registerer) error {
-	if err := r.Register(c.calls); err != nil {
-		return err
+	for _, m := range []prometheus.Collector{c.calls, c.conns, c.failures, c.unreachable} {
+		if err := r.Register(m); err != nil {
+			return err
+		}
 	}
-	return r.Register(c.conns)
+	return nil
 }
 
 // Call counts one libvirt RPC op made on behalf of the kind ctx carries.
@@ -76,6 +95,17 @@ func (c *Counters) Call(ctx context.Context, op string) {
 // Opened counts one libvirt connection opened to host.
 func (c *Counters) Opened(host string) {
 	c.conns.WithLabelValues(host).Inc()
+}
+
+// ConnectFailed counts one failed connection attempt to host and marks it unreachable.
+func (c *Counters) ConnectFailed(host string) {
+	c.failures.WithLabelValues(host).Inc()
+	c.unreachable.WithLabelValues(host).Set(1)
+}
+
+// Reachable marks host reachable again.
+func (c *Counters) Reachable(host string) {
+	c.unreachable.WithLabelValues(host).Set(0)
 }
 
 // Default is registered on controller-runtime's metrics registry.
@@ -94,6 +124,12 @@ func Call(ctx context.Context, op string) { Default.Call(ctx, op) }
 
 // Opened counts one opened libvirt connection on Default.
 func Opened(host string) { Default.Opened(host) }
+
+// ConnectFailed counts one failed connection attempt on Default.
+func ConnectFailed(host string) { Default.ConnectFailed(host) }
+
+// Reachable marks host reachable again on Default.
+func Reachable(host string) { Default.Reachable(host) }
 
 type kindKey struct{}
 

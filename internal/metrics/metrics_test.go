@@ -59,16 +59,28 @@ func TestCounters(t *testing.T) {
 	c.Call(ctx, "StorageVolGetInfo")
 	c.Call(context.Background(), "ConnectOpen")
 	c.Opened("10.0.0.5:22")
+	c.ConnectFailed("10.0.0.6:22")
+	c.ConnectFailed("10.0.0.6:22")
+	c.ConnectFailed("10.0.0.7:22")
+	c.Reachable("10.0.0.7:22")
 	want := `
 # HELP provider_kvm_libvirt_calls_total libvirt RPCs made, by the managed resource kind whose reconcile made them (other when unknown) and the RPC.
 # TYPE provider_kvm_libvirt_calls_total counter
 provider_kvm_libvirt_calls_total{kind="SeedVolume",op="StorageVolGetInfo"} 2
 provider_kvm_libvirt_calls_total{kind="other",op="ConnectOpen"} 1
-# HELP provider_kvm_libvirt_connections_opened_total libvirt connections opened: the host's shared one (first open and reconnects) and those of their own (downloads).
+# HELP provider_kvm_libvirt_connections_opened_total libvirt connections opened: the host's shared one (first open and reconnects) and those of their own (downloads and uploads).
 # TYPE provider_kvm_libvirt_connections_opened_total counter
 provider_kvm_libvirt_connections_opened_total{host="10.0.0.5:22"} 1
+# HELP provider_kvm_host_connect_failures_total Connection attempts to the libvirt host that failed.
+# TYPE provider_kvm_host_connect_failures_total counter
+provider_kvm_host_connect_failures_total{host="10.0.0.6:22"} 2
+provider_kvm_host_connect_failures_total{host="10.0.0.7:22"} 1
+# HELP provider_kvm_host_unreachable 1 while the libvirt host's circuit breaker is open (its last connection attempt failed), else 0.
+# TYPE provider_kvm_host_unreachable gauge
+provider_kvm_host_unreachable{host="10.0.0.6:22"} 1
+provider_kvm_host_unreachable{host="10.0.0.7:22"} 0
 `
-	if err := testutil.GatherAndCompare(r, strings.NewReader(want), CallsName, ConnectionsName); err != nil {
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want), CallsName, ConnectionsName, FailuresName, UnreachableName); err != nil {
 		t.Error(err)
 	}
 }

@@ -91,20 +91,22 @@ func (e *env) diagnose(ctx context.Context, namespaces []string) {
 	for _, name := range []string{"provider", "crossplane", "function-kvm-proxy", "function-auto-ready", "http-servers"} {
 		printErrors(w, filepath.Join(e.cfg.Logs, name+".log"))
 	}
-	if e.host != nil {
-		if ds, err := e.host.domains(); err == nil {
-			for _, d := range sortedKeys(ds) {
-				ours := false
-				for _, ns := range append([]string{"demo"}, namespaces...) {
-					ours = ours || strings.HasPrefix(d, ns+"_")
-				}
-				f := "/var/log/libvirt/qemu/" + d + "-console.log"
-				if !ours {
-					continue
-				}
-				if s := tail(f, 25); s != "" {
-					fmt.Fprintf(w, "----- serial console of %s (%s)\n%s\n", d, f, s)
-				}
+	for _, h := range e.hosts {
+		ds, err := h.domains()
+		if err != nil {
+			continue
+		}
+		for _, d := range sortedKeys(ds) {
+			ours := false
+			for _, ns := range append([]string{"demo"}, namespaces...) {
+				ours = ours || strings.HasPrefix(d, ns+"_")
+			}
+			f := filepath.Join(h.logDir, "qemu", d+"-console.log")
+			if !ours {
+				continue
+			}
+			if s := tail(f, 25); s != "" {
+				fmt.Fprintf(w, "----- serial console of %s on %s (%s)\n%s\n", d, h.name, f, s)
 			}
 		}
 	}
@@ -178,9 +180,9 @@ func diagnoseMain() int {
 			e.c = c
 		}
 	}
-	if h, err := dialHost(cfg); err == nil {
-		e.host = h
-		defer h.close()
+	if hs, err := dialHosts(cfg); err == nil {
+		e.hosts = hs
+		defer hs.close()
 	}
 	e.diagnose(context.Background(), []string{"team-a", "team-b"})
 	return 0

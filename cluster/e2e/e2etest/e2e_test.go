@@ -40,7 +40,7 @@ func TestE2E(t *testing.T) {
 	e := requireEnv(t)
 	ctx := context.Background()
 	// Base image volumes that were there before (a running demo's): not this test's.
-	keep, err := e.host.baseVolumes()
+	keep, err := e.hosts.baseVolumes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +75,13 @@ func TestE2E(t *testing.T) {
 			logf("2/5 baseline skipped (SKIP_BASELINE=1)")
 			t.Skip("SKIP_BASELINE=1")
 		}
+		if e.cfg.Topology == "lan" {
+			logf("2/5 baseline: the guest image booted with plain virsh on host-a's bridge to a squid 204 from node (cluster/lan/lantest, 2 vCPU, 1024 MiB)")
+			if err := e.lanBaseline(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
 		logf("2/5 baseline: the guest image booted with plain virsh to a squid 204 (boot-check.sh, %d vCPU, %d MiB)", e.cfg.VCPUs, e.cfg.MemMiB)
 		if err := e.baseline(ctx); err != nil {
 			t.Fatal(err)
@@ -108,9 +115,20 @@ func TestE2E(t *testing.T) {
 		logf("  BaseImage team-a/debian-12 Ready after %ss: volume %s", secs(time.Since(t0)), baseVol)
 	})
 
-	for _, p := range []string{"proxy-a", "proxy-b"} {
+	// proxy-a shares team-a's BaseImage on host A; proxy-b caches its own image on host B
+	// (the same host on the NAT test bed).
+	hostA, hostB := e.cfg.hostNames()
+	for _, pc := range []struct {
+		name, host string
+		shared     bool
+	}{{"proxy-a", hostA, true}, {"proxy-b", hostB, false}} {
+		p := pc.name
 		step(p, func(t *testing.T) {
-			logf("3/5 application team A: Proxy team-a/%s on the shared BaseImage", p)
+			if pc.shared {
+				logf("3/5 application team A: Proxy team-a/%s on host %s, on the shared BaseImage", p, pc.host)
+			} else {
+				logf("3/5 application team A: Proxy team-a/%s on host %s, caching its own image", p, pc.host)
+			}
 			t0 := time.Now()
 			if err := e.apply(ctx, p+".yaml", e.values()); err != nil {
 				t.Fatal(err)
@@ -126,17 +144,28 @@ func TestE2E(t *testing.T) {
 			if err := e.c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: p}, d); err != nil {
 				t.Fatal(err)
 			}
-			if ref := d.Spec.ForProvider.BaseImageRef; ref == nil || ref.Name != "debian-12" {
-				t.Fatalf("KVMDomain team-a/%s does not boot BaseImage debian-12 (baseImageRef %+v)", p, ref)
-			}
 			own := &v1alpha1.BaseImageList{}
 			if err := e.c.List(ctx, own, client.InNamespace("team-a"), client.MatchingLabels{"crossplane.io/composite": p}); err != nil {
 				t.Fatal(err)
 			}
-			if len(own.Items) > 0 {
-				t.Fatalf("Proxy team-a/%s composed a BaseImage of its own (%s); it should share debian-12", p, own.Items[0].Name)
+			image := "debian-12"
+			if pc.shared {
+				if ref := d.Spec.ForProvider.BaseImageRef; ref == nil || ref.Name != "debian-12" {
+					t.Fatalf("KVMDomain team-a/%s does not boot BaseImage debian-12 (baseImageRef %+v)", p, ref)
+				}
+				if len(own.Items) > 0 {
+					t.Fatalf("Proxy team-a/%s composed a BaseImage of its own (%s); it should share debian-12", p, own.Items[0].Name)
+				}
+			} else {
+				if len(own.Items) != 1 {
+					t.Fatalf("Proxy team-a/%s composed %d BaseImages, want its own one", p, len(own.Items))
+				}
+				image = own.Items[0].Name
 			}
-			objs, err := e.host.domainObjects("team-a_" + p)
+			if err := e.checkPlacement(ctx, "team-a", p, image, pc.host); err != nil {
+				t.Fatal(err)
+			}
+			objs, err := e.hosts.domainObjects("team-a_" + p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +221,10 @@ func TestE2E(t *testing.T) {
 		if err := e.c.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "proxy-c-image"}, &v1alpha1.BaseImage{}); err != nil {
 			t.Fatalf("XProxy %s did not compose BaseImage team-b/proxy-c-image: %v", xr, err)
 		}
-		objs, err := e.host.domainObjects("team-b_proxy-c")
+		if err := e.checkPlacement(ctx, "team-b", "proxy-c", "proxy-c-image", hostA); err != nil {
+			t.Fatal(err)
+		}
+		objs, err := e.hosts.domainObjects("team-b_proxy-c")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +257,7 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := waitFor(ctx, "proxy-a's domain, overlay, seed and NVRAM to go", 2*time.Second, e.cfg.DeleteTimeout, func(context.Context) error {
-			left, err := e.host.present(objects["proxy-a"])
+			left, err := e.hosts.present(objects["proxy-a"])
 			if err == nil && len(left) > 0 {
 				err = fmt.Errorf("left on the host: %s", objectList(left))
 			}
@@ -235,7 +267,7 @@ func TestE2E(t *testing.T) {
 		}
 		e.tl.add("delete proxy-a", "Proxy deleted -> domain, overlay, NVRAM, seed gone", secs(time.Since(t0)))
 		logf("  proxy-a gone from the API and the host in %ss: %s", secs(time.Since(t0)), objectList(objects["proxy-a"]))
-		if left, err := e.host.present([]object{{"volume", baseVol}}); err != nil || len(left) == 0 {
+		if left, err := e.hosts.present([]object{{hostA, "volume", baseVol}}); err != nil || len(left) == 0 {
 			t.Fatalf("the shared base volume %s went with proxy-a (%v)", baseVol, err)
 		}
 		if err := waitFor(ctx, "BaseImage team-a/debian-12 Ready after proxy-a was deleted", 2*time.Second, 10*time.Second, func(ctx context.Context) error {
@@ -286,7 +318,7 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := waitFor(ctx, "the test bed to hold nothing of team-a and team-b", 2*time.Second, e.cfg.DeleteTimeout, func(context.Context) error {
-			left, err := e.host.leftovers(e2eNamespaces, keep)
+			left, err := e.hosts.leftovers(e2eNamespaces, keep)
 			if err == nil && len(left) > 0 {
 				err = fmt.Errorf("left on the test bed: %s", objectList(left))
 			}
@@ -295,7 +327,7 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range []string{"proxy-b", "proxy-c"} {
-			if left, err := e.host.present(objects[p]); err != nil || len(left) > 0 {
+			if left, err := e.hosts.present(objects[p]); err != nil || len(left) > 0 {
 				t.Fatalf("objects of %s left on the host: %s %v", p, objectList(left), err)
 			}
 		}
@@ -351,6 +383,43 @@ func (e *env) finish(t *testing.T, namespaces []string, keep map[string]bool) {
 
 // baseline runs cluster/testbed/boot-check.sh (the same image, vCPUs and memory, booted with
 // plain virsh to a squid 204) and records its timeline.
+// lanBaseline is the baseline on the LAN: TestGuestOnHostBridge of cluster/lan/lantest (built
+// by the preflight as lan.test) uploads the image and a seed to host-a over SSH, defines and
+// starts the guest on host-a's bridge with virsh, and curls through its squid from node. Its
+// TIMING line gives the figures.
+func (e *env) lanBaseline(ctx context.Context) error {
+	logPath := filepath.Join(e.cfg.Logs, "boot-check.log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	bin := filepath.Join(getenv("E2E_OUT", filepath.Join(e.cfg.Repo, "_output", "e2e")), "lan.test")
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^TestGuestOnHostBridge$", "-test.v", "-test.count=1",
+		"-test.timeout", fmt.Sprintf("%ds", int(e.cfg.GuestTimeout.Seconds())+120))
+	cmd.Dir = filepath.Join(e.cfg.Repo, "cluster", "lan", "lantest")
+	cmd.Env = append(os.Environ(), "TESTBED_IMAGE="+e.cfg.Image)
+	cmd.Stdout, cmd.Stderr = f, f
+	err = cmd.Run()
+	_ = f.Close()
+	out, _ := os.ReadFile(logPath)
+	if err != nil {
+		return fmt.Errorf("the plain-virsh boot on host-a's bridge failed (%v): the LAN test bed or the image is broken, not the provider; %s:\n%s", err, logPath, tail(logPath, 30))
+	}
+	m := regexp.MustCompile(`TIMING lan guest on \S+: upload\+overlay ([0-9.]+)s, start->lease ([0-9.]+)s, start->204 ([0-9.]+)s`).FindStringSubmatch(string(out))
+	if m == nil {
+		return fmt.Errorf("lan.test printed no TIMING line; see %s", logPath)
+	}
+	fmt.Printf("  plain virsh on host-a's bridge: upload+overlay %ss, start->lease %ss, start->204 %ss\n", m[1], m[2], m[3])
+	e.tl.column(baselineSubject)
+	e.tl.baseline = m[3]
+	e.tl.add(baselineSubject, evStarted, "0.0")
+	e.tl.add(baselineSubject, evAddress, m[2])
+	e.tl.add(baselineSubject, evDomainReady, m[3])
+	e.tl.add(baselineSubject, evProxyReady, m[3])
+	e.tl.add("baseline", "plain virsh: upload and overlay over SSH before start", m[1])
+	return nil
+}
+
 func (e *env) baseline(ctx context.Context) error {
 	logPath := filepath.Join(e.cfg.Logs, "boot-check.log")
 	f, err := os.Create(logPath)
@@ -459,7 +528,7 @@ func (e *env) teardown(ctx context.Context, namespaces []string, keep map[string
 		}
 	}
 	if err := waitFor(ctx, "the test bed to hold nothing of "+strings.Join(namespaces, ", "), 2*time.Second, hostTimeout, func(context.Context) error {
-		left, err := e.host.leftovers(namespaces, keep)
+		left, err := e.hosts.leftovers(namespaces, keep)
 		if err == nil && len(left) > 0 {
 			err = fmt.Errorf("left: %s", objectList(left))
 		}
@@ -478,7 +547,7 @@ func teardownMain(namespaces []string) int {
 		warnf("%v", err)
 		return 1
 	}
-	defer e.host.close()
+	defer e.hosts.close()
 	keep := map[string]bool{}
 	if err := e.teardown(ctx, namespaces, keep, e.cfg.DeleteTimeout, 300*time.Second); err != nil {
 		warnf("%v", err)

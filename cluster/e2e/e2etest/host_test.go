@@ -5,6 +5,8 @@ package e2etest
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,23 +19,154 @@ import (
 	"libvirt.org/go/libvirtxml"
 )
 
-// nvramDir is where libvirt keeps the UEFI variable stores of the domains.
-const nvramDir = "/var/lib/libvirt/qemu/nvram"
+// libvirtLib is /var/lib/libvirt as libvirtd sees it; NVRAM paths in domain XML start there.
+const libvirtLib = "/var/lib/libvirt"
 
-// host is the test's own view of the test bed's libvirtd: the local socket, not the
-// provider's SSH connection. A connection that libvirtd dropped (a restart) is dialed again.
+// host is the test's own view of one libvirt host's libvirtd: its socket on this machine's
+// filesystem, not the provider's SSH connection. A connection that libvirtd dropped (a
+// restart) is dialed again.
 type host struct {
 	mu                sync.Mutex
 	l                 *libvirt.Libvirt
+	name              string // its ClusterProviderConfig
 	socket, uri, pool string
+	libDir            string // /var/lib/libvirt as this machine's filesystem shows it
+	logDir            string // /var/log/libvirt likewise
 }
 
-func dialHost(cfg config) (*host, error) {
-	h := &host{socket: cfg.LibvirtSocket, uri: cfg.LibvirtURI, pool: cfg.Pool}
+func dialOne(cfg config, hc hostConfig) (*host, error) {
+	h := &host{name: hc.Name, socket: hc.Socket, uri: cfg.LibvirtURI, pool: hc.Pool, libDir: hc.LibDir, logDir: hc.LogDir}
 	if err := h.call(func(*libvirt.Libvirt) error { return nil }); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("host %s: %w", hc.Name, err)
 	}
 	return h, nil
+}
+
+// hosts are all hosts of the topology; the objects they list name their host.
+type hosts []*host
+
+// dialHosts connects to every host of the topology.
+func dialHosts(cfg config) (hosts, error) {
+	if len(cfg.Hosts) == 0 {
+		return nil, errors.New("no libvirt host configured (TESTBED_* or LAN_* variables missing)")
+	}
+	var hs hosts
+	for _, hc := range cfg.Hosts {
+		h, err := dialOne(cfg, hc)
+		if err != nil {
+			hs.close()
+			return nil, err
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
+}
+
+func (hs hosts) close() {
+	for _, h := range hs {
+		h.close()
+	}
+}
+
+// get is the host of that ClusterProviderConfig (nil if none).
+func (hs hosts) get(name string) *host {
+	for _, h := range hs {
+		if h.name == name {
+			return h
+		}
+	}
+	return nil
+}
+
+// first is the first host (the NAT test bed's only one).
+func (hs hosts) first() *host { return hs[0] }
+
+// baseVolumes are every host's pkvm-* volumes, as "host/volume".
+func (hs hosts) baseVolumes() (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, h := range hs {
+		vs, err := h.baseVolumes()
+		if err != nil {
+			return nil, err
+		}
+		for v := range vs {
+			out[h.name+"/"+v] = true
+		}
+	}
+	return out, nil
+}
+
+// leftovers is what any host holds of these namespaces (see host.leftovers); keep holds
+// "host/volume" names.
+func (hs hosts) leftovers(namespaces []string, keep map[string]bool) ([]object, error) {
+	var out []object
+	for _, h := range hs {
+		left, err := h.leftovers(namespaces, keep)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, left...)
+	}
+	return out, nil
+}
+
+// domainObjects finds the host that defines the domain and lists its objects there.
+func (hs hosts) domainObjects(name string) ([]object, error) {
+	for _, h := range hs {
+		ds, err := h.domains()
+		if err != nil {
+			return nil, err
+		}
+		if ds[name] {
+			return h.domainObjects(name)
+		}
+	}
+	return nil, fmt.Errorf("domain %s is defined on none of the hosts", name)
+}
+
+// present returns those of objs that still exist on their host.
+func (hs hosts) present(objs []object) ([]object, error) {
+	var out []object
+	for _, h := range hs {
+		var mine []object
+		for _, o := range objs {
+			if o.Host == h.name {
+				mine = append(mine, o)
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		left, err := h.present(mine)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, left...)
+	}
+	return out, nil
+}
+
+// remove removes each object on its host.
+func (hs hosts) remove(objs []object) []error {
+	var errs []error
+	for _, h := range hs {
+		var mine []object
+		for _, o := range objs {
+			if o.Host == h.name {
+				mine = append(mine, o)
+			}
+		}
+		errs = append(errs, h.remove(mine)...)
+	}
+	return errs
+}
+
+// local is a path libvirtd gave (under /var/lib/libvirt) as this machine's filesystem shows it.
+func (h *host) local(p string) string {
+	if rest, ok := strings.CutPrefix(p, libvirtLib); ok && h.libDir != "" {
+		return h.libDir + rest
+	}
+	return p
 }
 
 func (h *host) close() {
@@ -68,10 +201,10 @@ func (h *host) call(f func(*libvirt.Libvirt) error) error {
 	}
 }
 
-// object is a domain, a volume of the test bed's pool or an NVRAM file.
-type object struct{ Kind, Name string }
+// object is a domain, a volume of its host's pool or an NVRAM file (a path on this machine).
+type object struct{ Host, Kind, Name string }
 
-func (o object) String() string { return o.Kind + " " + o.Name }
+func (o object) String() string { return o.Host + ": " + o.Kind + " " + o.Name }
 
 func objectList(objs []object) string {
 	s := make([]string, len(objs))
@@ -135,7 +268,7 @@ func (h *host) baseVolumes() (map[string]bool, error) {
 }
 
 // leftovers lists what the host holds of these namespaces (domains and volumes named
-// <ns>_..., NVRAM files <ns>_...) and every pkvm-* volume not in keep.
+// <ns>_..., NVRAM files <ns>_...) and every pkvm-* volume not in keep ("host/volume").
 func (h *host) leftovers(namespaces []string, keep map[string]bool) ([]object, error) {
 	ours := func(name string) bool {
 		for _, ns := range namespaces {
@@ -152,7 +285,7 @@ func (h *host) leftovers(namespaces []string, keep map[string]bool) ([]object, e
 	}
 	for _, d := range sortedKeys(ds) {
 		if ours(d) {
-			out = append(out, object{"domain", d})
+			out = append(out, object{h.name, "domain", d})
 		}
 	}
 	vs, err := h.volumes()
@@ -160,22 +293,22 @@ func (h *host) leftovers(namespaces []string, keep map[string]bool) ([]object, e
 		return nil, err
 	}
 	for _, v := range sortedKeys(vs) {
-		if ours(v) || (strings.HasPrefix(v, "pkvm-") && !keep[v]) {
-			out = append(out, object{"volume", v})
+		if ours(v) || (strings.HasPrefix(v, "pkvm-") && !keep[h.name+"/"+v]) {
+			out = append(out, object{h.name, "volume", v})
 		}
 	}
+	nvramDir := h.local(libvirtLib + "/qemu/nvram")
 	entries, _ := os.ReadDir(nvramDir)
 	for _, en := range entries {
 		if ours(en.Name()) {
-			out = append(out, object{"nvram", filepath.Join(nvramDir, en.Name())})
+			out = append(out, object{h.name, "nvram", filepath.Join(nvramDir, en.Name())})
 		}
 	}
 	return out, nil
 }
 
-// domainObjects are a domain's volumes (overlay, seed) and NVRAM file, read from its
-// definition while it exists, and the domain itself.
-func (h *host) domainObjects(name string) ([]object, error) {
+// domainXML is a domain's definition.
+func (h *host) domainXML(name string) (*libvirtxml.Domain, error) {
 	var x string
 	err := h.call(func(l *libvirt.Libvirt) error {
 		d, err := l.DomainLookupByName(name)
@@ -185,24 +318,34 @@ func (h *host) domainObjects(name string) ([]object, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("domain %s on the test bed: %w", name, err)
+		return nil, fmt.Errorf("domain %s on host %s: %w", name, h.name, err)
 	}
-	var dom libvirtxml.Domain
+	dom := &libvirtxml.Domain{}
 	if err := dom.Unmarshal(x); err != nil {
 		return nil, fmt.Errorf("domain %s: %w", name, err)
+	}
+	return dom, nil
+}
+
+// domainObjects are a domain's volumes (overlay, seed) and NVRAM file, read from its
+// definition while it exists, and the domain itself.
+func (h *host) domainObjects(name string) ([]object, error) {
+	dom, err := h.domainXML(name)
+	if err != nil {
+		return nil, err
 	}
 	var out []object
 	if dom.Devices != nil {
 		for _, disk := range dom.Devices.Disks {
 			if disk.Source != nil && disk.Source.Volume != nil {
-				out = append(out, object{"volume", disk.Source.Volume.Volume})
+				out = append(out, object{h.name, "volume", disk.Source.Volume.Volume})
 			}
 		}
 	}
 	if dom.OS != nil && dom.OS.NVRam != nil && dom.OS.NVRam.NVRam != "" {
-		out = append(out, object{"nvram", dom.OS.NVRam.NVRam})
+		out = append(out, object{h.name, "nvram", h.local(dom.OS.NVRam.NVRam)})
 	}
-	return append(out, object{"domain", name}), nil
+	return append(out, object{h.name, "domain", name}), nil
 }
 
 // present returns those of objs that still exist.
@@ -281,10 +424,10 @@ func (h *host) remove(objs []object) []error {
 }
 
 // bridgeIP is the first IPv4 address of the libvirt network (the guests' gateway, where the
-// 204 origin listens).
-func (h *host) bridgeIP(network string) (string, error) {
+// 204 origin listens) and the network it is on, as a CIDR.
+func (h *host) bridgeIP(network string) (ip, cidr string, err error) {
 	var x string
-	err := h.call(func(l *libvirt.Libvirt) error {
+	err = h.call(func(l *libvirt.Libvirt) error {
 		n, err := l.NetworkLookupByName(network)
 		if err == nil {
 			x, err = l.NetworkGetXMLDesc(n, 0)
@@ -292,31 +435,45 @@ func (h *host) bridgeIP(network string) (string, error) {
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("libvirt network %s: %w", network, err)
+		return "", "", fmt.Errorf("libvirt network %s: %w", network, err)
 	}
 	var nx libvirtxml.Network
 	if err := nx.Unmarshal(x); err != nil {
-		return "", err
+		return "", "", err
 	}
-	for _, ip := range nx.IPs {
-		if ip.Family == "" || ip.Family == "ipv4" {
-			return ip.Address, nil
+	for _, a := range nx.IPs {
+		if a.Family != "" && a.Family != "ipv4" {
+			continue
 		}
+		bits := int(a.Prefix)
+		if a.Netmask != "" {
+			if m := net.ParseIP(a.Netmask).To4(); m != nil {
+				bits, _ = net.IPv4Mask(m[0], m[1], m[2], m[3]).Size()
+			}
+		}
+		if bits == 0 {
+			bits = 24
+		}
+		p, err := netip.ParsePrefix(fmt.Sprintf("%s/%d", a.Address, bits))
+		if err != nil {
+			return "", "", fmt.Errorf("libvirt network %s: %w", network, err)
+		}
+		return a.Address, p.Masked().String(), nil
 	}
-	return "", fmt.Errorf("libvirt network %s has no IPv4 address", network)
+	return "", "", fmt.Errorf("libvirt network %s has no IPv4 address", network)
 }
 
 // cleanMain is -e2e.clean: remove what is left of the namespaces (and any base image volume)
 // on the test bed, saying what; exit 1 when something could not be removed.
 func cleanMain(namespaces []string) int {
 	cfg := loadConfig()
-	h, err := dialHost(cfg)
+	hs, err := dialHosts(cfg)
 	if err != nil {
 		warnf("%v", err)
 		return 1
 	}
-	defer h.close()
-	left, err := h.leftovers(namespaces, nil)
+	defer hs.close()
+	left, err := hs.leftovers(namespaces, nil)
 	if err != nil {
 		warnf("%v", err)
 		return 1
@@ -324,12 +481,12 @@ func cleanMain(namespaces []string) int {
 	if len(left) == 0 {
 		return 0
 	}
-	warnf("the test bed holds objects of %s (removing them with libvirt calls):\n%s", strings.Join(namespaces, ", "), indent(strings.ReplaceAll(objectList(left), ", ", "\n"), "  "))
-	for _, err := range h.remove(left) {
+	warnf("the hosts hold objects of %s (removing them with libvirt calls):\n%s", strings.Join(namespaces, ", "), indent(strings.ReplaceAll(objectList(left), ", ", "\n"), "  "))
+	for _, err := range hs.remove(left) {
 		warnf("%v", err)
 	}
-	if left, err = h.leftovers(namespaces, nil); err != nil || len(left) > 0 {
-		warnf("still on the test bed: %s %v", objectList(left), err)
+	if left, err = hs.leftovers(namespaces, nil); err != nil || len(left) > 0 {
+		warnf("still on the hosts: %s %v", objectList(left), err)
 		return 1
 	}
 	return 0

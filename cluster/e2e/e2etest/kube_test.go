@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -149,6 +150,7 @@ func (e *env) apply(ctx context.Context, file string, vals map[string]string) er
 
 // values are the manifests' placeholders.
 func (e *env) values() map[string]string {
+	a, b := e.cfg.hostNames()
 	base := filepath.Base(e.cfg.Image)
 	img := func(dir string) string { return fmt.Sprintf("http://127.0.0.1:%d/%s/%s", e.cfg.ImagePort, dir, base) }
 	return map[string]string{
@@ -162,14 +164,20 @@ func (e *env) values() map[string]string {
 		"PROBE_URL":      e.probeURL,
 		"VCPUS":          fmt.Sprint(e.cfg.VCPUs),
 		"MEM_MIB":        fmt.Sprint(e.cfg.MemMiB),
-		"SSH_HOST":       e.cfg.SSHHost,
-		"SSH_PORT":       fmt.Sprint(e.cfg.SSHPort),
+		"IMAGE_URL_C":    img("c"),
 		"SSH_USER":       e.cfg.SSHUser,
 		"LIBVIRT_SOCKET": e.cfg.LibvirtSocket,
 		"LIBVIRT_URI":    e.cfg.LibvirtURI,
-		"POOL":           e.cfg.Pool,
-		"NETWORK":        e.cfg.Network,
+		"HOST_A":         a,
+		"HOST_B":         b,
+		"GUEST_CIDR":     e.guestCIDR,
 	}
+}
+
+// hostValues are the values of clusterproviderconfig.yaml for one host.
+func hostValues(vals map[string]string, h hostConfig) map[string]string {
+	return with(vals, "PC_NAME", h.Name, "SSH_HOST", h.SSHHost, "SSH_PORT", fmt.Sprint(h.SSHPort),
+		"POOL", h.Pool, "ATTACHMENT", h.attachment())
 }
 
 func with(m map[string]string, kv ...string) map[string]string {
@@ -393,23 +401,26 @@ func (e *env) install(ctx context.Context) error {
 	}
 	logf("configuration package installed: XRDs Established (ProxyClaim offered), Compositions present (%ss)", secs(time.Since(t0)))
 
-	// The test bed's sshd/libvirtd as ClusterProviderConfig default: the SSH key and the
-	// pinned known_hosts in a Secret; TCG guests (domainType qemu), the test bed's pool.
+	// Each host's sshd/libvirtd as a ClusterProviderConfig: the SSH key and the pinned
+	// known_hosts (every host's key) in one Secret; TCG guests (domainType qemu), the host's
+	// pool, its NAT network or its bridge.
 	key, err := os.ReadFile(e.cfg.SSHKey)
 	if err != nil {
-		return fmt.Errorf("the test bed's SSH key (TESTBED_SSH_KEY): %w", err)
+		return fmt.Errorf("the hosts' SSH key (TESTBED_SSH_KEY or LAN_SSH_KEY): %w", err)
 	}
 	kh, err := os.ReadFile(e.cfg.KnownHosts)
 	if err != nil {
-		return fmt.Errorf("the test bed's known_hosts (TESTBED_SSH_KNOWN_HOSTS): %w", err)
+		return fmt.Errorf("the hosts' known_hosts (TESTBED_SSH_KNOWN_HOSTS or LAN_SSH_KNOWN_HOSTS): %w", err)
 	}
 	if err := e.ensureSecret(ctx, "crossplane-system", "testbed-ssh", map[string][]byte{"ssh-privatekey": key, "known_hosts": kh}); err != nil {
 		return err
 	}
-	if err := e.apply(ctx, "clusterproviderconfig.yaml", vals); err != nil {
-		return err
+	for _, h := range e.cfg.Hosts {
+		if err := e.apply(ctx, "clusterproviderconfig.yaml", hostValues(vals, h)); err != nil {
+			return err
+		}
+		logf("ClusterProviderConfig %s: ssh %s@%s:%d (pinned host key), domainType qemu, pool %s, %s", h.Name, e.cfg.SSHUser, h.SSHHost, h.SSHPort, h.Pool, h.attachment())
 	}
-	logf("ClusterProviderConfig default: ssh %s@%s:%d (pinned host key), domainType qemu, pool %s", e.cfg.SSHUser, e.cfg.SSHHost, e.cfg.SSHPort, e.cfg.Pool)
 	return nil
 }
 
@@ -452,9 +463,10 @@ func (e *env) providerAlive(ctx context.Context) bool {
 type env struct {
 	cfg         config
 	c           client.Client
-	host        *host
+	hosts       hosts
 	imageSHA256 string
-	bridgeIP    string
+	originIP    string // where the 204 origin listens (the guests reach it there)
+	guestCIDR   string // the guests' network
 	probeURL    string
 	tl          *timeline
 }
@@ -466,16 +478,16 @@ func newEnv() (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := dialHost(cfg)
+	hs, err := dialHosts(cfg)
 	if err != nil {
 		return nil, err
 	}
-	e := &env{cfg: cfg, c: c, host: h, tl: &timeline{}}
-	if e.bridgeIP, err = h.bridgeIP(cfg.Network); err != nil {
-		h.close()
+	e := &env{cfg: cfg, c: c, hosts: hs, tl: &timeline{}}
+	if e.originIP, e.guestCIDR, err = origin(cfg, hs); err != nil {
+		hs.close()
 		return nil, err
 	}
-	e.probeURL = fmt.Sprintf("http://%s:%d/", e.bridgeIP, cfg.OriginPort)
+	e.probeURL = fmt.Sprintf("http://%s/", net.JoinHostPort(e.originIP, fmt.Sprint(cfg.OriginPort)))
 	if b, err := os.ReadFile(cfg.Image + ".sha256"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
 			e.imageSHA256 = f[0]
@@ -494,8 +506,8 @@ func requireEnv(t *testing.T) *env {
 		why = "no " + cfg.Kubeconfig + " (no control plane of cluster/e2e is up)"
 	} else if !insideNetns(cfg.Netns) {
 		why = "this process is not inside network namespace " + cfg.Netns
-	} else if cfg.SSHHost == "" {
-		why = "TESTBED_* variables are not set"
+	} else if len(cfg.Hosts) == 0 {
+		why = "the TESTBED_* (TOPOLOGY=nat) or LAN_* (TOPOLOGY=lan) variables are not set"
 	}
 	if why != "" {
 		msg := "E2E TEST NOT RUN: " + why + "; run make e2e (cluster/e2e/run.sh), which brings up the control plane and runs this test inside the test bed's namespace"
@@ -510,11 +522,20 @@ func requireEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.host.close)
+	t.Cleanup(e.hosts.close)
 	if !apiReady(ctx, e.c) {
 		t.Fatalf("the API server of %s does not answer", cfg.Kubeconfig)
 	}
 	return e
+}
+
+// origin is where the 204 origin listens and the guests' network: node's LAN address and the
+// LAN on the LAN topology, the NAT network's gateway and the NAT network otherwise.
+func origin(cfg config, hs hosts) (ip, cidr string, err error) {
+	if cfg.OriginIP != "" {
+		return cfg.OriginIP, cfg.GuestCIDR, nil
+	}
+	return hs.first().bridgeIP(cfg.Hosts[0].Network)
 }
 
 // insideNetns: this process is inside network namespace name.

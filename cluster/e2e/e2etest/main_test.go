@@ -69,18 +69,59 @@ type config struct {
 	Repo, Manifests        string
 	Image                  string
 
-	ImagePort, OriginPort, RegistryPort   int
-	FnProxyPort, FnAutoReadyPort          int
-	ProviderMetricsPort                   int
-	PkgTag, Poll                          string
-	VCPUs, MemMiB                         int
-	GuestTimeout, DeleteTimeout           time.Duration
-	SkipBaseline, KeepOnFailure           bool
-	BringUpStart                          time.Time // E2E_T0; zero when the test runs on its own
-	Netns, SSHHost, SSHUser, SSHKey       string
-	SSHPort                               int
-	KnownHosts, LibvirtSocket, LibvirtURI string
-	Pool, Network                         string
+	ImagePort, OriginPort, RegistryPort int
+	FnProxyPort, FnAutoReadyPort        int
+	ProviderMetricsPort                 int
+	PkgTag, Poll                        string
+	VCPUs, MemMiB                       int
+	GuestTimeout, DeleteTimeout         time.Duration
+	SkipBaseline, KeepOnFailure         bool
+	BringUpStart                        time.Time // E2E_T0; zero when the test runs on its own
+	// Topology is "lan" (cluster/lan: the tests and the provider in netns node, two hosts
+	// reached over SSH across the LAN, guests on each host's bridge) or "nat" (cluster/testbed:
+	// one host in netns kvmhost reached on its loopback, guests on libvirt's NAT network).
+	Topology string
+	// Netns is the network namespace the tests run in (node or kvmhost).
+	Netns                       string
+	SSHUser, SSHKey, KnownHosts string
+	LibvirtSocket, LibvirtURI   string // as each host's sshd session sees them
+	Hosts                       []hostConfig
+	// OriginIP is where the 204 origin listens (node's LAN address); empty: the NAT
+	// network's gateway, read from libvirt.
+	OriginIP string
+	// GuestCIDR is the network the guests are on (empty: read from the NAT network).
+	GuestCIDR string
+}
+
+// hostConfig is one libvirt host: its ClusterProviderConfig and the test's own view of it.
+type hostConfig struct {
+	Name            string // the ClusterProviderConfig's name
+	SSHHost         string
+	SSHPort         int
+	Pool            string
+	Network, Bridge string // how its guests attach (one of the two)
+	// Socket, LibDir and LogDir are the host's libvirt socket, /var/lib/libvirt and
+	// /var/log/libvirt as this machine's filesystem shows them (a LAN host keeps them in
+	// private directories).
+	Socket, LibDir, LogDir string
+}
+
+// host is the host of that ClusterProviderConfig.
+func (c config) host(name string) (hostConfig, bool) {
+	for _, h := range c.Hosts {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return hostConfig{}, false
+}
+
+// attachment is the ClusterProviderConfig's defaults line for how guests attach.
+func (h hostConfig) attachment() string {
+	if h.Bridge != "" {
+		return "bridge: " + h.Bridge
+	}
+	return "network: " + h.Network
 }
 
 func getenv(key, def string) string {
@@ -126,16 +167,12 @@ func loadConfig() config {
 		DeleteTimeout:       time.Duration(envInt("DELETE_TIMEOUT", 600)) * time.Second,
 		SkipBaseline:        os.Getenv("SKIP_BASELINE") == "1",
 		KeepOnFailure:       os.Getenv("KEEP_ON_FAILURE") == "1",
-		Netns:               getenv("TESTBED_NETNS", "kvmhost"),
-		SSHHost:             os.Getenv("TESTBED_SSH_HOST"),
-		SSHPort:             envInt("TESTBED_SSH_PORT", 0),
-		SSHUser:             getenv("TESTBED_SSH_USER", "root"),
-		SSHKey:              os.Getenv("TESTBED_SSH_KEY"),
-		KnownHosts:          os.Getenv("TESTBED_SSH_KNOWN_HOSTS"),
-		LibvirtSocket:       getenv("TESTBED_LIBVIRT_SOCKET", "/run/libvirt/libvirt-sock"),
-		LibvirtURI:          getenv("TESTBED_LIBVIRT_URI", "qemu:///system"),
-		Pool:                getenv("TESTBED_POOL", "testbed"),
-		Network:             getenv("TESTBED_NETWORK", "default"),
+		Topology:            getenv("TOPOLOGY", "nat"),
+	}
+	if c.Topology == "lan" {
+		c.lanHosts()
+	} else {
+		c.natHost()
 	}
 	c.Logs = filepath.Join(c.Work, "logs")
 	c.Kubeconfig = filepath.Join(c.Work, "kubeconfig")
@@ -145,6 +182,65 @@ func loadConfig() config {
 		}
 	}
 	return c
+}
+
+// natHost: the one test bed host of cluster/testbed (its env.sh, TESTBED_*), as "default".
+func (c *config) natHost() {
+	c.Netns = getenv("TESTBED_NETNS", "kvmhost")
+	c.SSHUser = getenv("TESTBED_SSH_USER", "root")
+	c.SSHKey = os.Getenv("TESTBED_SSH_KEY")
+	c.KnownHosts = os.Getenv("TESTBED_SSH_KNOWN_HOSTS")
+	c.LibvirtSocket = getenv("TESTBED_LIBVIRT_SOCKET", "/run/libvirt/libvirt-sock")
+	c.LibvirtURI = getenv("TESTBED_LIBVIRT_URI", "qemu:///system")
+	if os.Getenv("TESTBED_SSH_HOST") == "" {
+		return
+	}
+	c.Hosts = []hostConfig{{
+		Name:    "default",
+		SSHHost: os.Getenv("TESTBED_SSH_HOST"), SSHPort: envInt("TESTBED_SSH_PORT", 0),
+		Pool: getenv("TESTBED_POOL", "testbed"), Network: getenv("TESTBED_NETWORK", "default"),
+		Socket: c.LibvirtSocket, LibDir: "/var/lib/libvirt", LogDir: "/var/log/libvirt",
+	}}
+}
+
+// lanHosts: host-a and host-b of cluster/lan (its env.sh, LAN_*), each its own
+// ClusterProviderConfig named after the host.
+func (c *config) lanHosts() {
+	c.Netns = getenv("LAN_NODE_NETNS", "node")
+	c.SSHUser = getenv("LAN_SSH_USER", "root")
+	c.SSHKey = os.Getenv("LAN_SSH_KEY")
+	c.KnownHosts = os.Getenv("LAN_SSH_KNOWN_HOSTS")
+	c.LibvirtSocket = getenv("LAN_LIBVIRT_SOCKET", "/run/libvirt/libvirt-sock")
+	c.LibvirtURI = getenv("LAN_LIBVIRT_URI", "qemu:///system")
+	c.OriginIP = os.Getenv("LAN_NODE_IP")
+	c.GuestCIDR = os.Getenv("LAN_SUBNET")
+	dir := getenv("LAN_DIR", "/var/lib/provider-kvm-lan")
+	for _, h := range strings.Fields(os.Getenv("LAN_HOSTS")) {
+		v := func(k string) string {
+			return os.Getenv("LAN_" + strings.ToUpper(strings.ReplaceAll(h, "-", "_")) + "_" + k)
+		}
+		if v("IP") == "" {
+			continue
+		}
+		c.Hosts = append(c.Hosts, hostConfig{
+			Name: h, SSHHost: v("IP"), SSHPort: envInt("LAN_SSH_PORT", 22),
+			Pool: v("POOL"), Bridge: v("BRIDGE"),
+			Socket: filepath.Join(dir, h, "run", filepath.Base(c.LibvirtSocket)), LibDir: filepath.Join(dir, h, "lib"), LogDir: filepath.Join(dir, h, "log"),
+		})
+	}
+}
+
+// hostNames are the ClusterProviderConfigs the Proxies use: HOST_A and HOST_B (both the one
+// host on the NAT test bed).
+func (c config) hostNames() (a, b string) {
+	if len(c.Hosts) == 0 {
+		return "default", "default"
+	}
+	a, b = c.Hosts[0].Name, c.Hosts[0].Name
+	if len(c.Hosts) > 1 {
+		b = c.Hosts[1].Name
+	}
+	return a, b
 }
 
 // ------------------------------------------------------------------ logging

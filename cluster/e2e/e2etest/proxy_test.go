@@ -255,3 +255,73 @@ func orDefault(s, def string) string {
 }
 
 func orQ(s string) string { return orDefault(s, "?") }
+
+// checkPlacement: the Proxy's KVMDomain ns/name and its BaseImage ns/image use the
+// ClusterProviderConfig of host hostName; its domain is defined on that host only, attached
+// as that host's defaults say (its bridge or NAT network); on a bridge the guest's address came
+// from the guest agent (or ARP), there being no libvirt lease; the image's volume is on that
+// host.
+func (e *env) checkPlacement(ctx context.Context, ns, name, image, hostName string) error {
+	label := ns + "/" + name
+	hc, ok := e.cfg.host(hostName)
+	h := e.hosts.get(hostName)
+	if !ok || h == nil {
+		return fmt.Errorf("%s: no host %s in this topology", label, hostName)
+	}
+	d := &v1alpha1.KVMDomain{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+		return fmt.Errorf("%s: %w", label, err)
+	}
+	if ref := d.GetProviderConfigReference(); ref == nil || ref.Name != hostName {
+		return fmt.Errorf("%s: KVMDomain's providerConfigRef %+v, want %s", label, ref, hostName)
+	}
+	at := d.Status.AtProvider
+	if hc.Bridge != "" && at.IPSource != "agent" && at.IPSource != "arp" {
+		return fmt.Errorf("%s: guest on bridge %s reports its address %s from %q, want the guest agent (or arp): a bridge has no libvirt lease", label, hc.Bridge, at.IPv4, at.IPSource)
+	}
+	domain := ns + "_" + name
+	for _, o := range e.hosts {
+		ds, err := o.domains()
+		if err != nil {
+			return err
+		}
+		if ds[domain] != (o.name == hostName) {
+			return fmt.Errorf("%s: domain %s defined on host %s: %v (it belongs on %s only)", label, domain, o.name, ds[domain], hostName)
+		}
+	}
+	dom, err := h.domainXML(domain)
+	if err != nil {
+		return fmt.Errorf("%s: %w", label, err)
+	}
+	var attached []string
+	if dom.Devices != nil {
+		for _, i := range dom.Devices.Interfaces {
+			switch {
+			case i.Source != nil && i.Source.Bridge != nil:
+				attached = append(attached, "bridge "+i.Source.Bridge.Bridge)
+			case i.Source != nil && i.Source.Network != nil:
+				attached = append(attached, "network "+i.Source.Network.Network)
+			}
+		}
+	}
+	want := "network " + hc.Network
+	if hc.Bridge != "" {
+		want = "bridge " + hc.Bridge
+	}
+	if len(attached) != 1 || attached[0] != want {
+		return fmt.Errorf("%s: domain %s on %s is attached to %v, want %s", label, domain, hostName, attached, want)
+	}
+	bi := &v1alpha1.BaseImage{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: image}, bi); err != nil {
+		return fmt.Errorf("%s: BaseImage %s/%s: %w", label, ns, image, err)
+	}
+	if ref := bi.GetProviderConfigReference(); ref == nil || ref.Name != hostName {
+		return fmt.Errorf("%s: BaseImage %s/%s's providerConfigRef %+v, want %s", label, ns, image, ref, hostName)
+	}
+	vol := bi.Status.AtProvider.VolumeName
+	if left, err := e.hosts.present([]object{{hostName, "volume", vol}}); err != nil || len(left) != 1 {
+		return fmt.Errorf("%s: BaseImage %s/%s's volume %q is not on host %s (%v)", label, ns, image, vol, hostName, err)
+	}
+	logf("  %s: on host %s (%s), address %s from %s, base image %s cached on %s", label, hostName, want, at.IPv4, at.IPSource, vol, hostName)
+	return nil
+}

@@ -17,9 +17,9 @@ import (
 )
 
 // imageDirs are the paths the guest image is served under: team-a's shared BaseImage, the
-// claim's own and the demo's (a BaseImage volume is keyed by URL and digest, so two
+// claim's own, proxy-b's own and the demo's (a BaseImage volume is keyed by URL and digest, so two
 // BaseImages on one host need two URLs).
-var imageDirs = []string{"a", "b", "demo"}
+var imageDirs = []string{"a", "b", "c", "demo"}
 
 // imageHandler serves the guest image file under /<dir>/<file name> (with Range and HEAD,
 // as http.ServeContent does) and logs every request.
@@ -98,7 +98,7 @@ func listen(ctx context.Context, addr string, h http.Handler) (func() error, err
 }
 
 // serveMain is -e2e.serve: the image server on 127.0.0.1:IMAGE_PORT and the 204 origin on the
-// libvirt bridge address :ORIGIN_PORT (the guests reach it there), until SIGTERM. lib.sh
+// guests' gateway (NAT) or node's LAN address, port ORIGIN_PORT (the guests reach it there), until SIGTERM. lib.sh
 // starts it as a process, for make e2e and for make demo (whose Proxy keeps probing the origin).
 func serveMain() int {
 	cfg := loadConfig()
@@ -106,13 +106,13 @@ func serveMain() int {
 		warnf("the guest image: %v", err)
 		return 1
 	}
-	h, err := dialHost(cfg)
+	hs, err := dialHosts(cfg)
 	if err != nil {
 		warnf("%v", err)
 		return 1
 	}
-	bridge, err := h.bridgeIP(cfg.Network)
-	h.close()
+	bridge, _, err := origin(cfg, hs)
+	hs.close()
 	if err != nil {
 		warnf("%v", err)
 		return 1
@@ -131,7 +131,7 @@ func serveMain() int {
 		warnf("204 origin: %v", err)
 		return 1
 	}
-	logf("image server on http://%s/{a,b,demo}/%s; 204 origin on http://%s/", imageAddr, filepath.Base(cfg.Image), originAddr)
+	logf("image server on http://%s/{a,b,c,demo}/%s; 204 origin on http://%s/", imageAddr, filepath.Base(cfg.Image), originAddr)
 	rc := 0
 	for _, w := range []func() error{waitImage, waitOrigin} {
 		if err := w(); err != nil {

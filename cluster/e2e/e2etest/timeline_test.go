@@ -168,12 +168,13 @@ func TestTimelineTable(t *testing.T) {
 // control plane.
 func TestManifests(t *testing.T) {
 	e := &env{cfg: loadConfig(), imageSHA256: strings.Repeat("0", 64), probeURL: "http://192.168.122.1:18204/"}
-	e.cfg.SSHHost, e.cfg.SSHPort = "127.0.0.1", 2222
+	e.cfg.Hosts = []hostConfig{{Name: "default", SSHHost: "127.0.0.1", SSHPort: 2222, Pool: "testbed", Network: "default"}}
+	e.guestCIDR = "192.168.122.0/24"
 	files, err := filepath.Glob(filepath.Join(e.cfg.Manifests, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in %s (%v)", e.cfg.Manifests, err)
 	}
-	vals := with(e.values(), "FN_NAME", "fn", "FN_IMAGE", "127.0.0.1:15000/fn:v0")
+	vals := with(hostValues(e.values(), e.cfg.Hosts[0]), "FN_NAME", "fn", "FN_IMAGE", "127.0.0.1:15000/fn:v0")
 	for _, f := range files {
 		objs, err := e.objects(filepath.Base(f), vals)
 		if err != nil {

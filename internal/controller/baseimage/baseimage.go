@@ -9,8 +9,11 @@
 // Uploads run in the background (see jobs.go) and report progress in status. Downloads are
 // bounded by the imageSources of the host's config (internal/sourcepolicy): a refused
 // destination or an image over maxImageSizeMiB is terminal like a digest mismatch: the
-// resource shows it until the spec or the config's imageSources change. A timeout (no
-// response headers, a stalled download) is shown for a minute, then retried. An edited source
+// resource shows it until the spec or the config's imageSources change. Any other failure (an
+// HTTP 5xx, DNS, TLS, a missing pool, a cut connection to the host) is shown, Synced=False
+// with the reason, and retried with backoff: 10 s after the first failure, doubling per
+// failure in a row up to 10 min; a timeout (no response headers, a stalled download) waits at
+// least a minute. An edited source
 // publishes a new volume; older volumes are kept while overlays use them and removed as soon
 // as they do not. Deleting the last owner of a volume is held while overlays use it.
 package baseimage
@@ -54,8 +57,31 @@ import (
 const uploadTimeout = 6 * time.Hour
 
 // limitRetryDelay is how long a download that timed out (no response headers, a stall) is
-// shown as failed before it is tried again.
+// shown as failed before it is tried again, at least.
 const limitRetryDelay = time.Minute
+
+// Backoff of publish attempts that failed for a reason worth retrying (an HTTP 5xx, a DNS or
+// TLS failure, a missing pool, a cut connection to the host): the first is tried again
+// publishRetryInitial after it failed, each further one in a row twice as late, at most
+// publishRetryMax.
+const (
+	publishRetryInitial = 10 * time.Second
+	publishRetryMax     = 10 * time.Minute
+)
+
+// retryDelay is how long the attempt-th failed attempt in a row (1-based) with error err is
+// shown before the next one starts.
+func retryDelay(attempt int, err error) time.Duration {
+	d := publishRetryInitial
+	for i := 1; i < attempt && d < publishRetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, publishRetryMax)
+	if imagecache.IsLimit(err) {
+		d = max(d, limitRetryDelay)
+	}
+	return d
+}
 
 // Error messages.
 const (
@@ -68,7 +94,8 @@ const (
 	errExtName    = "the crossplane.io/external-name annotation %q is not the name of this BaseImage's volume, %q: the provider derives volume names from the source, so that no resource can act on another's; remove the annotation or set it to %q"
 	errLiveness   = "cannot list BaseImages to tell stale owner records from live ones"
 	errPolicy     = "cannot use the imageSources of %s"
-	errRetryLater = "cannot publish the image; it is tried again %s after this attempt failed"
+	errRetryLater = "cannot publish the image; it is tried again %s after this attempt failed (failed attempts in a row: %d)"
+	msgRetrying   = "publishing the image, attempt %d; the one before failed: %v"
 )
 
 // jobsDoneBuffer is how many finished jobs may wait to be requeued; more are dropped (the
@@ -361,7 +388,12 @@ func (e *external) observeJob(cr *v1alpha1.BaseImage, j *job) (managed.ExternalO
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	case !j.finished():
 		cr.Status.AtProvider.Upload = &v1alpha1.UploadProgress{BytesDone: j.bytesDone.Load(), BytesTotal: j.bytesTotal.Load()}
-		cr.SetConditions(xpv2.Creating())
+		creating := xpv2.Creating()
+		if j.lastErr != nil {
+			// A retry: the reason of the failure before it stays on the resource.
+			creating = creating.WithMessage(fmt.Sprintf(msgRetrying, j.attempt, j.lastErr))
+		}
+		cr.SetConditions(creating)
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, nil
 	case j.err != nil && imagecache.IsOwnedByOther(j.err):
 		cr.Status.AtProvider.Upload = nil
@@ -374,17 +406,21 @@ func (e *external) observeJob(cr *v1alpha1.BaseImage, j *job) (managed.ExternalO
 		cr.Status.AtProvider.Upload = nil
 		cr.SetConditions(xpv2.Unavailable().WithMessage(j.err.Error()))
 		return managed.ExternalObservation{}, errors.Wrap(j.err, errFailed)
-	case j.err != nil && imagecache.IsLimit(j.err) && e.now().Sub(j.finishedAt) < limitRetryDelay:
-		// A timeout: the server may answer later, but not right away. Show why for a while.
+	case j.err != nil && e.now().Sub(j.finishedAt) < retryDelay(j.attempt, j.err):
+		// Worth retrying, but not right away: show why (Synced=False with the reason, Ready=False)
+		// until the backoff has passed; the requeue of the error brings the resource back.
+		d := retryDelay(j.attempt, j.err)
 		cr.Status.AtProvider.Upload = nil
 		cr.SetConditions(xpv2.Unavailable().WithMessage(j.err.Error()))
-		return managed.ExternalObservation{}, errors.Wrapf(j.err, errRetryLater, limitRetryDelay)
+		return managed.ExternalObservation{}, errors.Wrapf(j.err, errRetryLater, d, j.attempt)
 	default:
-		// A failed upload worth retrying, or a volume that went away: start again.
+		// A failed upload whose backoff has passed, or a volume that went away: start again.
+		// A failed job is kept: Create's job counts as its next attempt.
 		if j.err != nil {
 			e.recorder.Event(cr, event.Warning(reasonFailed, errors.Wrap(j.err, errFailed)))
+		} else {
+			e.jobs.forget(cr.GetUID())
 		}
-		e.jobs.forget(cr.GetUID())
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	}
 }

@@ -36,12 +36,14 @@ func TestObserveFailedDownload(t *testing.T) {
 	refused := &imagecache.RefusedError{URL: "http://127.0.0.1:8080/a", Config: "ClusterProviderConfig/default", Rule: "built-in: loopback 127.0.0.0/8"}
 	tooLarge := &imagecache.LimitError{URL: "http://127.0.0.1:8080/a", Config: "ClusterProviderConfig/default", Limit: imagecache.LimitSize, MaxBytes: 1 << 20, Announced: 2 << 20}
 	stalled := &imagecache.LimitError{URL: "http://127.0.0.1:8080/a", Config: "ClusterProviderConfig/default", Limit: imagecache.LimitStall, Timeout: time.Minute}
+	unavailable := &imagecache.HTTPStatusError{URL: "http://127.0.0.1:8080/a", StatusCode: 503, Status: "503 Service Unavailable"}
 	finished := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
 	type args struct {
-		err    error         // the finished job's error
-		policy string        // the policy the job ran under
-		since  time.Duration // time since the job finished
+		err     error         // the finished job's error
+		policy  string        // the policy the job ran under
+		since   time.Duration // time since the job finished
+		attempt int           // the job's attempt, 0 for the first
 	}
 	type want struct {
 		obs managed.ExternalObservation
@@ -74,12 +76,32 @@ func TestObserveFailedDownload(t *testing.T) {
 		"StallShownForAWhile": {
 			reason: "A stall is shown, with when it is retried, for a minute.",
 			args:   args{err: stalled, policy: policy, since: 30 * time.Second},
-			want:   want{err: "cannot publish the image; it is tried again 1m0s after this attempt failed: " + stalled.Error(), ready: stalled.Error(), kept: true},
+			want:   want{err: "cannot publish the image; it is tried again 1m0s after this attempt failed (failed attempts in a row: 1): " + stalled.Error(), ready: stalled.Error(), kept: true},
 		},
 		"StallRetriedLater": {
-			reason: "After a minute a stalled download is tried again.",
+			reason: "After a minute a stalled download is tried again; the failed job is kept to count the next attempt.",
 			args:   args{err: stalled, policy: policy, since: 2 * time.Minute},
-			want:   want{obs: managed.ExternalObservation{ResourceExists: false}},
+			want:   want{obs: managed.ExternalObservation{ResourceExists: false}, kept: true},
+		},
+		"ServerErrorShown": {
+			reason: "An HTTP 5xx is worth retrying: it is shown, Synced=False with the reason, for 10 s.",
+			args:   args{err: unavailable, policy: policy, since: 5 * time.Second},
+			want:   want{err: "cannot publish the image; it is tried again 10s after this attempt failed (failed attempts in a row: 1): " + unavailable.Error(), ready: unavailable.Error(), kept: true},
+		},
+		"ServerErrorRetried": {
+			reason: "After 10 s the first 5xx is tried again.",
+			args:   args{err: unavailable, policy: policy, since: 11 * time.Second},
+			want:   want{obs: managed.ExternalObservation{ResourceExists: false}, kept: true},
+		},
+		"ThirdServerErrorBacksOff": {
+			reason: "The third failure in a row waits 40 s.",
+			args:   args{err: unavailable, policy: policy, since: 30 * time.Second, attempt: 3},
+			want:   want{err: "cannot publish the image; it is tried again 40s after this attempt failed (failed attempts in a row: 3): " + unavailable.Error(), ready: unavailable.Error(), kept: true},
+		},
+		"StallAfterManyFailuresWaitsTheBackoff": {
+			reason: "A stall after seven failures in a row waits the backoff (10 min), not the minute of a first stall.",
+			args:   args{err: stalled, policy: policy, since: 5 * time.Minute, attempt: 8},
+			want:   want{err: "cannot publish the image; it is tried again 10m0s after this attempt failed (failed attempts in a row: 8): " + stalled.Error(), ready: stalled.Error(), kept: true},
 		},
 	}
 	for name, tc := range cases {
@@ -92,6 +114,9 @@ func TestObserveFailedDownload(t *testing.T) {
 			})
 			<-j.done
 			j.finishedAt = finished
+			if tc.args.attempt > 0 {
+				j.attempt = tc.args.attempt
+			}
 			e := &external{jobs: js, recorder: event.NewNopRecorder(), policy: policy, cache: absentCache{},
 				now: func() time.Time { return finished.Add(tc.args.since) }}
 
@@ -107,6 +132,46 @@ func TestObserveFailedDownload(t *testing.T) {
 				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// TestRetryCountsAttempts checks that a job replacing a failed one of the same source and
+// policy is its next attempt, and that while it runs the resource still says why the one
+// before failed; another source starts counting again.
+func TestRetryCountsAttempts(t *testing.T) {
+	cr := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "img", UID: "uid-1"},
+		Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Pool: "default", Source: v1alpha1.ImageSource{URL: "http://127.0.0.1:8080/a"}}}}
+	boom := &imagecache.HTTPStatusError{URL: "http://127.0.0.1:8080/a", StatusCode: 502, Status: "502 Bad Gateway"}
+	js := newJobs(nil)
+	fail := func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+		return imagecache.Result{}, boom
+	}
+	for i := 1; i <= 3; i++ {
+		j := js.start(cr.GetUID(), types.NamespacedName{}, source(cr), "p", fail)
+		<-j.done
+		if j.attempt != i {
+			t.Errorf("job %d: attempt %d, want %d", i, j.attempt, i)
+		}
+	}
+	block := make(chan struct{})
+	defer close(block)
+	js.start(cr.GetUID(), types.NamespacedName{}, source(cr), "p", func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+		<-block
+		return imagecache.Result{}, nil
+	})
+	e := &external{jobs: js, recorder: event.NewNopRecorder(), policy: "p", cache: absentCache{}, now: time.Now}
+	if _, err := e.Observe(context.Background(), cr); err != nil {
+		t.Fatalf("Observe during the retry: %v", err)
+	}
+	c := cr.GetCondition(xpv2.TypeReady)
+	want := "publishing the image, attempt 4; the one before failed: " + boom.Error()
+	if diff := cmp.Diff(want, c.Message); diff != "" || c.Reason != xpv2.Creating().Reason {
+		t.Errorf("Ready during the retry: %s %q, want Creating with: -want +got:\n%s", c.Reason, c.Message, diff)
+	}
+	other := cr.DeepCopy()
+	other.Spec.ForProvider.Source.URL = "http://127.0.0.1:8080/b"
+	if j := js.start(cr.GetUID(), types.NamespacedName{}, source(other), "p", fail); j.attempt != 1 {
+		t.Errorf("a job for another source: attempt %d, want 1", j.attempt)
 	}
 }
 

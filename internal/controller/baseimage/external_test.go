@@ -307,8 +307,8 @@ func TestObserve(t *testing.T) {
 			},
 			want: result{},
 		},
-		"RetryableFailure": {
-			reason: "a failed upload worth retrying starts again",
+		"RetryableFailureShown": {
+			reason: "a failed upload worth retrying is shown, Synced=False with the reason, until its backoff has passed",
 			cr:     image(),
 			cache: func(t *testing.T) *fakeCache {
 				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
@@ -320,6 +320,23 @@ func TestObserve(t *testing.T) {
 					return imagecache.Result{}, errBoom
 				})
 				<-j.done
+			},
+			want: result{Err: "cannot publish the image; it is tried again 10s after this attempt failed (failed attempts in a row: 1): boom", Ready: string(xpv2.Unavailable().Reason)},
+		},
+		"RetryableFailureRetried": {
+			reason: "a failed upload worth retrying starts again once its backoff has passed",
+			cr:     image(),
+			cache: func(t *testing.T) *fakeCache {
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
+					return imagecache.Image{State: imagecache.StateDebris}, nil
+				}}
+			},
+			job: func(e *external) {
+				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+					return imagecache.Result{}, errBoom
+				})
+				<-j.done
+				j.finishedAt = time.Now().Add(-publishRetryInitial)
 			},
 			want: result{},
 		},

@@ -21,6 +21,10 @@ type job struct {
 	policy string
 	cancel context.CancelFunc
 	done   chan struct{}
+	// attempt counts this job among the attempts in a row for the same source and policy: 1,
+	// or one more than the failed job it replaced; lastErr is that job's error.
+	attempt int
+	lastErr error
 
 	bytesDone, bytesTotal atomic.Int64
 
@@ -60,20 +64,25 @@ func (js *jobs) get(uid types.UID) *job {
 
 // start runs publish for uid (the BaseImage nn) unless a job for the same source and policy is already
 // running. A job for another source (the spec was edited) or policy (the config's
-// imageSources were) is cancelled first.
+// imageSources were) is cancelled first. A job that replaces a failed one of the same source
+// and policy counts as its next attempt (see retryDelay).
 func (js *jobs) start(uid types.UID, nn types.NamespacedName, src imagecache.Source, policy string, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) *job {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	var prev *job
+	attempt, lastErr := 1, error(nil)
 	if j, ok := js.m[uid]; ok {
 		if j.src == src && j.policy == policy && !j.finished() {
 			return j
 		}
 		j.cancel()
 		prev = j
+		if j.src == src && j.policy == policy && j.finished() && j.err != nil {
+			attempt, lastErr = j.attempt+1, j.err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
-	j := &job{src: src, policy: policy, cancel: cancel, done: make(chan struct{})}
+	j := &job{src: src, policy: policy, cancel: cancel, done: make(chan struct{}), attempt: attempt, lastErr: lastErr}
 	js.m[uid] = j
 	go func() {
 		defer cancel()

@@ -1,6 +1,8 @@
 // Package config reconciles ProviderConfigs and ClusterProviderConfigs: it counts the
 // ProviderConfigUsages that managed resources record, and holds a config's deletion with a
-// finalizer while any managed resource still uses it.
+// finalizer while any managed resource still uses it. A namespaced ProviderConfig and its
+// Secrets are also held while managed resources of its namespace name it (hold.go), so that
+// deleting a team's namespace still lets its resources remove their VMs.
 package config
 
 import (
@@ -23,6 +25,9 @@ import (
 // either kind of config. The ClusterProviderConfig controller lists them in all namespaces.
 func Setup(mgr ctrl.Manager, o controller.Options) error {
 	if err := setup(mgr, o, &v1alpha1.ProviderConfig{}, v1alpha1.ProviderConfigGroupKind, v1alpha1.ProviderConfigGroupVersionKind, v1alpha1.ProviderConfigKind); err != nil {
+		return err
+	}
+	if err := setupHold(mgr, o); err != nil {
 		return err
 	}
 	return setup(mgr, o, &v1alpha1.ClusterProviderConfig{}, v1alpha1.ClusterProviderConfigGroupKind, v1alpha1.ClusterProviderConfigGroupVersionKind, v1alpha1.ClusterProviderConfigKind)

@@ -4,7 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
 
 // A domain that names neither a network nor a bridge attaches where its host's defaults say.
@@ -40,6 +43,26 @@ func TestSpecAttachment(t *testing.T) {
 			}
 			if strings.Count(x, "<interface ") != 1 {
 				t.Errorf("%s: want one interface:\n%s", tc.reason, x)
+			}
+		})
+	}
+}
+
+func TestAddressSources(t *testing.T) {
+	cases := map[string]struct {
+		last string
+		want []string
+	}{
+		"None":    {"", []string{libvirt.SourceLease, libvirt.SourceAgent, libvirt.SourceARP}},
+		"Lease":   {libvirt.SourceLease, []string{libvirt.SourceLease, libvirt.SourceAgent, libvirt.SourceARP}},
+		"Agent":   {libvirt.SourceAgent, []string{libvirt.SourceAgent, libvirt.SourceLease, libvirt.SourceARP}},
+		"ARP":     {libvirt.SourceARP, []string{libvirt.SourceARP, libvirt.SourceLease, libvirt.SourceAgent}},
+		"Unknown": {"dhcp", []string{libvirt.SourceLease, libvirt.SourceAgent, libvirt.SourceARP}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, addressSources(tc.last)); diff != "" {
+				t.Errorf("addressSources(%q) (-want +got):\n%s", tc.last, diff)
 			}
 		})
 	}

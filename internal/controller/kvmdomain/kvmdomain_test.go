@@ -8,6 +8,7 @@ import (
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -649,6 +650,34 @@ func TestObserveGuest(t *testing.T) {
 			got := []string{msg, cr.Status.AtProvider.IPv4, cr.Status.AtProvider.IPSource, string(o.ConnectionDetails[ConnectionIPv4])}
 			if diff := cmp.Diff([]string{tc.want, tc.wantIP, tc.wantSrc, tc.wantIP}, got); diff != "" {
 				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestObserveReadyWhenStoppedAsAsked(t *testing.T) {
+	cases := map[string]struct {
+		power   v1alpha1.PowerState
+		state   string
+		ready   corev1.ConditionStatus
+		message string
+	}{
+		"StoppedAsAsked":    {power: v1alpha1.PowerStateStopped, state: libvirt.StateShutOff, ready: corev1.ConditionTrue, message: "shut off, as powerState Stopped asks"},
+		"ShouldRunButIsOff": {power: v1alpha1.PowerStateRunning, state: libvirt.StateShutOff, ready: corev1.ConditionFalse, message: "domain is ShutOff"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newFakeHost()
+			withDomain(ourDomain, uid, tc.state)(t, h)
+			withOverlay(true)(t, h)
+			cr := kvm()
+			cr.Spec.ForProvider.PowerState = tc.power
+			if _, err := newExt(h, false).Observe(context.Background(), cr); err != nil {
+				t.Fatal(err)
+			}
+			c := cr.GetCondition(xpv2.TypeReady)
+			if c.Status != tc.ready || c.Message != tc.message {
+				t.Errorf("Ready=%s %q, want %s %q", c.Status, c.Message, tc.ready, tc.message)
 			}
 		})
 	}

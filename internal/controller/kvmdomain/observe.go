@@ -121,8 +121,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	e.inputsChanged(ctx, cr, d)
 
 	if !running {
-		at.IPv4, at.IPSource, at.GuestAgentConnected, at.Probe = "", "", false, ""
-		cr.SetConditions(xpv2.Unavailable().WithMessage("domain is " + d.State))
+		observeNotRunning(cr, d.State)
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
 	e.observeGuest(ctx, cr, name)
@@ -179,12 +178,39 @@ func (e *external) observeAbsent(ctx context.Context, cr *v1alpha1.KVMDomain, t 
 	return managed.ExternalObservation{ResourceExists: false}, nil
 }
 
+// observeNotRunning reports a domain that does not run: nothing of the guest is known, and it
+// is Ready only when shut off as powerState Stopped asks (the desired state is reached, so it
+// is polled at --poll, not every few seconds like a domain that should run and does not).
+func observeNotRunning(cr *v1alpha1.KVMDomain, state string) {
+	at := &cr.Status.AtProvider
+	at.IPv4, at.IPSource, at.GuestAgentConnected, at.Probe = "", "", false, ""
+	if cr.Spec.ForProvider.PowerState == v1alpha1.PowerStateStopped && state == libvirt.StateShutOff {
+		cr.SetConditions(xpv2.Available().WithMessage("shut off, as powerState Stopped asks"))
+		return
+	}
+	cr.SetConditions(xpv2.Unavailable().WithMessage("domain is " + state))
+}
+
+// addressSources is the order in which the guest's address is asked for: the source that gave
+// it last time first (a guest on a bridge has no lease, so a steady-state Observe asks the
+// agent once instead of the lease first), then lease, agent, ARP.
+func addressSources(last string) []string {
+	out := []string{libvirt.SourceLease, libvirt.SourceAgent, libvirt.SourceARP}
+	for i, s := range out {
+		if s == last && i > 0 {
+			return append([]string{s}, append(append([]string{}, out[:i]...), out[i+1:]...)...)
+		}
+	}
+	return out
+}
+
 // observeGuest finds the guest's address and runs the readiness probe. It never waits: what
 // is not there yet is reported, and the next poll looks again.
 func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string) {
 	at := &cr.Status.AtProvider
+	last := at.IPSource
 	at.IPv4, at.IPSource = "", ""
-	for _, src := range []string{libvirt.SourceLease, libvirt.SourceAgent, libvirt.SourceARP} {
+	for _, src := range addressSources(last) {
 		ip, err := e.lv.DomainIPv4(ctx, name, at.MACAddress, src)
 		if src == libvirt.SourceAgent {
 			at.GuestAgentConnected = err == nil

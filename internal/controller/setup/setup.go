@@ -75,6 +75,9 @@ func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) 
 		// a host, and a create interrupted before its result was recorded is safe to retry.
 		managed.WithInitializers(externalNamer(mgr.GetClient(), k.ExternalName)),
 		managed.WithDeterministicExternalName(true),
+		// The last step of a deletion retries a conflicting finalizer removal on a fresh copy
+		// instead of waiting out the backoff (finalizer.go).
+		managed.WithFinalizer(Finalizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}),
 	}
 	if k.Timeout > 0 {
 		opts = append(opts, managed.WithTimeout(k.Timeout))
