@@ -942,6 +942,22 @@ func (c *Cache) Sweep(ctx context.Context, pool string) (removed []string, kept 
 		}
 	}
 	for _, v := range slices.Sorted(maps.Keys(vols)) {
+		// Stale records go first, without the lock (no BaseImage that is gone adds its record
+		// again); only a volume left without live owners is worth a removal.
+		others, err := c.otherOwners(ctx, pool, v, "")
+		if err != nil {
+			if ctx.Err() != nil {
+				return removed, kept, err
+			}
+			if kept == nil {
+				kept = map[string]error{}
+			}
+			kept[v] = err
+			continue
+		}
+		if len(others) > 0 {
+			continue
+		}
 		r, err := c.Remove(ctx, pool, v, "")
 		switch {
 		case err != nil && ctx.Err() != nil:

@@ -56,6 +56,10 @@ import (
 // uploadTimeout bounds one background upload.
 const uploadTimeout = 6 * time.Hour
 
+// sweepTimeout bounds the sweep of a pool at a BaseImage's deletion; what is left is swept at
+// the next one.
+const sweepTimeout = 30 * time.Second
+
 // limitRetryDelay is how long a download that timed out (no response headers, a stall) is
 // shown as failed before it is tried again, at least.
 const limitRetryDelay = time.Minute
@@ -566,6 +570,8 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.BaseImage) (managed.
 // be deleted (lost with its cluster, or deleted without its finalizer). It is best effort: a
 // deletion does not wait for it, and what it cannot do is tried at the next one.
 func (e *external) sweep(ctx context.Context, cr *v1alpha1.BaseImage, pool string) {
+	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
 	removed, _, err := e.cache.Sweep(ctx, pool)
 	if err != nil {
 		e.recorder.Event(cr, event.Warning(reasonShared, errors.Wrapf(err, "cannot clean up stale owner records in pool %s", pool)))
