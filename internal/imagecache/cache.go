@@ -485,8 +485,8 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 		src.SHA256, finalURL = sum, fu
 	}
 	vol := DigestVolumeName(src.SHA256, src.Format)
-	for {
-		res, wait, err := c.publishStep(ctx, pool, vol, src, asked, owner, progress)
+	for step := 0; ; step++ {
+		res, wait, err := c.publishStep(ctx, pool, vol, src, asked, owner, step == 0, progress)
 		if res.FinalURL == "" {
 			res.FinalURL = finalURL
 		}
@@ -510,8 +510,9 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 // publishStep is one attempt of Publish on the data volume vol of src (which has its digest);
 // asked is the source as the BaseImage gave it. wait tells that another owner's upload is in
 // progress. The base lock is held while records are read and written, not during the upload:
-// the claim protects that.
-func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked Source, owner Owner, progress ProgressFunc) (res Result, wait bool, err error) { //nolint:gocyclo // planPublish holds the decisions; what is left is the steps of the protocol, each returning its error
+// the claim protects that. The first step sweeps the volume's stale owner records; the steps
+// of a wait read only the record of the claim's owner.
+func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked Source, owner Owner, sweep bool, progress ProgressFunc) (res Result, wait bool, err error) { //nolint:gocyclo // planPublish holds the decisions; what is left is the steps of the protocol, each returning its error
 	unlock, err := c.lock(ctx, pool)
 	if err != nil {
 		return Result{}, false, err
@@ -533,15 +534,24 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 	if err := c.ensureOwner(ctx, pool, vol, owner, asked); err != nil {
 		return Result{}, false, err
 	}
-	others, err := c.otherOwners(ctx, pool, vol, owner.UID)
-	if err != nil {
-		return Result{}, false, err
+	live := map[string]bool{}
+	if sweep {
+		others, err := c.otherOwners(ctx, pool, vol, owner.UID)
+		if err != nil {
+			return Result{}, false, err
+		}
+		live = liveUIDs(others)
 	}
 	img, err := c.lookupSettled(ctx, pool, vol, owner.UID)
 	if err != nil {
 		return Result{Image: img}, false, err
 	}
-	plan, err := planPublish(img, owner, src, liveUIDs(others))
+	if cl := img.Claim; cl != nil && cl.Owner.UID != owner.UID && !sweep {
+		if _, live[cl.Owner.UID], err = c.ownerLive(ctx, pool, vol, OwnerName(vol, cl.Owner.UID)); err != nil {
+			return Result{Image: img}, false, err
+		}
+	}
+	plan, err := planPublish(img, owner, src, live)
 	if err != nil {
 		return Result{Image: img}, false, err
 	}
@@ -932,6 +942,22 @@ func (c *Cache) Sweep(ctx context.Context, pool string) (removed []string, kept 
 		}
 	}
 	for _, v := range slices.Sorted(maps.Keys(vols)) {
+		// Stale records go first, without the lock (no BaseImage that is gone adds its record
+		// again); only a volume left without live owners is worth a removal.
+		others, err := c.otherOwners(ctx, pool, v, "")
+		if err != nil {
+			if ctx.Err() != nil {
+				return removed, kept, err
+			}
+			if kept == nil {
+				kept = map[string]error{}
+			}
+			kept[v] = err
+			continue
+		}
+		if len(others) > 0 {
+			continue
+		}
 		r, err := c.Remove(ctx, pool, v, "")
 		switch {
 		case err != nil && ctx.Err() != nil:

@@ -31,6 +31,7 @@ const (
 	errNoAddress     = "%s has no address to dial"
 	errScheme        = "scheme %q is not http or https"
 	headerTimeoutMsg = "timeout awaiting response headers" // net/http's ResponseHeaderTimeout error
+	tlsTimeoutMsg    = "TLS handshake timeout"             // net/http's TLSHandshakeTimeout error
 )
 
 // A Resolver resolves host names to addresses; *net.Resolver is one.
@@ -135,7 +136,8 @@ func (g *guard) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		cause := context.Cause(ctx)
 		cancel(nil)
-		if errors.Is(cause, errHeaderTimeout) || strings.Contains(err.Error(), headerTimeoutMsg) {
+		// The transport's own timeouts (same duration as the timer) may fire first.
+		if errors.Is(cause, errHeaderTimeout) || strings.Contains(err.Error(), headerTimeoutMsg) || strings.Contains(err.Error(), tlsTimeoutMsg) {
 			return nil, &LimitError{URL: req.URL.Redacted(), Config: g.d.Config, Limit: LimitHeaders, Timeout: g.d.Limits.HeaderTimeout}
 		}
 		return nil, err

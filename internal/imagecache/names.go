@@ -79,8 +79,8 @@ func (f Format) ext() string {
 // SHA256: DigestVolumeName of it. For a src without one it is "": the volume is known only
 // once the bytes were hashed (see Publish).
 func VolumeName(src Source) string {
-	if src.SHA256 == "" {
-		return ""
+	if len(src.SHA256) != sha256.Size*2 || !isLowerHex(src.SHA256) {
+		return "" // no digest (or not one: Validate says why); never a name from other input
 	}
 	return DigestVolumeName(src.SHA256, src.Format)
 }

@@ -42,6 +42,11 @@ func TestVolumeName(t *testing.T) {
 	if got := VolumeName(d); !strings.HasSuffix(got, ".img") || !IsVolumeName(got) {
 		t.Errorf("raw VolumeName = %q", got)
 	}
+	for _, bad := range []string{strings.Repeat("A", 64), strings.Repeat("a", 63), "../../etc/passwd" + strings.Repeat("a", 48)} {
+		if got := VolumeName(Source{URL: a.URL, SHA256: bad}); got != "" {
+			t.Errorf("VolumeName with sha256 %q = %q, want none from input that is not a digest", bad, got)
+		}
+	}
 	if got := VolumeName(Source{URL: a.URL}); got != "" {
 		t.Errorf("VolumeName of an unpinned source = %q, want none before hashing", got)
 	}

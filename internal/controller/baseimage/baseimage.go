@@ -22,6 +22,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"strings"
 	"sync"
@@ -54,6 +55,10 @@ import (
 
 // uploadTimeout bounds one background upload.
 const uploadTimeout = 6 * time.Hour
+
+// sweepTimeout bounds the sweep of a pool at a BaseImage's deletion; what is left is swept at
+// the next one.
+const sweepTimeout = 30 * time.Second
 
 // limitRetryDelay is how long a download that timed out (no response headers, a stall) is
 // shown as failed before it is tried again, at least.
@@ -138,7 +143,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 			return &connector{
 				jobs: js, recorder: rec,
 				conn:  connection.NewConnector(mgr.GetClient(), conns, rec),
-				alive: liveness(mgr.GetAPIReader()),
+				alive: listUIDs(mgr.GetAPIReader()),
 			}
 		},
 	})
@@ -157,31 +162,32 @@ type connector struct {
 	jobs     *jobs
 	recorder event.Recorder
 	conn     *connection.Connector
-	// alive tells whether a BaseImage UID still exists; nil deletes no stale owner record.
-	alive imagecache.Liveness
+	// alive lists the BaseImage UIDs that exist; nil deletes no stale owner record.
+	alive uidLister
 	// resolver resolves image hosts; nil is the system's. Tests point names at loopback.
 	resolver imagecache.Resolver
 }
 
-// liveness tells whether a BaseImage with a UID exists, asking the API server (never a cache
-// that may not have seen a new BaseImage yet): an owner record is deleted as stale only when
-// its UID is in no BaseImage of a list taken after the record was read. UIDs seen alive are
-// remembered for the Cache's life (one reconcile, or one publish job).
-func liveness(r client.Reader) imagecache.Liveness {
+// uidLister lists the UIDs of every BaseImage in the cluster.
+type uidLister func(ctx context.Context) (map[string]bool, error)
+
+// listUIDs lists BaseImage UIDs from the API server (never a cache that may not have seen a
+// new BaseImage yet): an owner record is taken for stale only when its UID is in no BaseImage
+// of a list taken after the record was read.
+func listUIDs(r client.Reader) uidLister {
 	if r == nil {
 		return nil
 	}
-	return func(ctx context.Context, uid string) (bool, error) {
+	return func(ctx context.Context) (map[string]bool, error) {
 		l := &v1alpha1.BaseImageList{}
 		if err := r.List(ctx, l); err != nil {
-			return false, errors.Wrap(err, errLiveness)
+			return nil, errors.Wrap(err, errLiveness)
 		}
+		uids := make(map[string]bool, len(l.Items))
 		for i := range l.Items {
-			if string(l.Items[i].GetUID()) == uid {
-				return true, nil
-			}
+			uids[string(l.Items[i].GetUID())] = true
 		}
-		return false, nil
+		return uids, nil
 	}
 }
 
@@ -201,10 +207,11 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	}, nil
 }
 
-// rememberAlive is l remembering the UIDs it found alive, for one Cache's life (a reconcile,
-// or a publish job and its waits): a UID is never taken for gone on what was remembered.
-func rememberAlive(l imagecache.Liveness) imagecache.Liveness {
-	if l == nil {
+// rememberAlive is the Liveness of one Cache's life (a reconcile, or a publish job and its
+// waits): UIDs of the lists taken so far are alive; a UID in none of them is looked for in a
+// fresh list before it is taken for gone.
+func rememberAlive(list uidLister) imagecache.Liveness {
+	if list == nil {
 		return nil
 	}
 	var mu sync.Mutex
@@ -215,11 +222,12 @@ func rememberAlive(l imagecache.Liveness) imagecache.Liveness {
 		if known[uid] {
 			return true, nil
 		}
-		ok, err := l(ctx, uid)
-		if ok {
-			known[uid] = true
+		uids, err := list(ctx)
+		if err != nil {
+			return false, err
 		}
-		return ok, err
+		maps.Copy(known, uids)
+		return known[uid], nil
 	}
 }
 
@@ -363,6 +371,9 @@ func (e *external) observeDeleting(ctx context.Context, cr *v1alpha1.BaseImage, 
 	exists := len(owned) > 0
 	for _, pv := range cr.Status.AtProvider.RetainedVolumes {
 		p, vol, _ := strings.Cut(pv, "/")
+		if !imagecache.IsVolumeName(vol) {
+			continue // not a base image volume: never ours to remove (Remove refuses it too)
+		}
 		img, err := e.cache.LookupVolume(ctx, p, vol, uid)
 		if err != nil {
 			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
@@ -559,6 +570,8 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.BaseImage) (managed.
 // be deleted (lost with its cluster, or deleted without its finalizer). It is best effort: a
 // deletion does not wait for it, and what it cannot do is tried at the next one.
 func (e *external) sweep(ctx context.Context, cr *v1alpha1.BaseImage, pool string) {
+	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
 	removed, _, err := e.cache.Sweep(ctx, pool)
 	if err != nil {
 		e.recorder.Event(cr, event.Warning(reasonShared, errors.Wrapf(err, "cannot clean up stale owner records in pool %s", pool)))

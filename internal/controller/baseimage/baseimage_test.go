@@ -2,6 +2,7 @@ package baseimage
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -238,4 +239,28 @@ func TestJobsReplaceAfterTheCancelledOneEnded(t *testing.T) {
 	if diff := cmp.Diff([]string{"old ended", "new started"}, order); diff != "" {
 		t.Errorf("order: -want +got:\n%s", diff)
 	}
+}
+
+// A UID is taken for gone only when a fresh list lacks it; UIDs seen once are alive for the
+// Cache's life without another list.
+func TestRememberAlive(t *testing.T) {
+	lists := 0
+	cluster := map[string]bool{"a": true}
+	alive := rememberAlive(func(context.Context) (map[string]bool, error) {
+		lists++
+		return maps.Clone(cluster), nil
+	})
+	ctx := context.Background()
+	check := func(uid string, want bool, wantLists int) {
+		t.Helper()
+		got, err := alive(ctx, uid)
+		if err != nil || got != want || lists != wantLists {
+			t.Errorf("alive(%s) = %v, %v after %d lists; want %v after %d", uid, got, err, lists, want, wantLists)
+		}
+	}
+	check("a", true, 1)
+	check("a", true, 1) // remembered
+	cluster["b"] = true // created since the first list
+	check("b", true, 2)
+	check("gone", false, 3)
 }

@@ -188,12 +188,12 @@ func TestObserve(t *testing.T) {
 		"PublishedNewSourceRetainsOld": {
 			reason: "after a source change the old volume is retained and Update removes it",
 			cr: image(func(b *v1alpha1.BaseImage) {
-				b.Status.AtProvider.VolumeName, b.Status.AtProvider.Pool = "pkvm-base-old.qcow2", "default"
+				b.Status.AtProvider.VolumeName, b.Status.AtProvider.Pool = "pkvm-base-0123456789abcdef01234567.qcow2", "default"
 			}),
 			cache: func(t *testing.T) *fakeCache {
 				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) { return published(), nil }}
 			},
-			want: result{Obs: managed.ExternalObservation{ResourceExists: true}, Ready: string(xpv2.ReasonAvailable), Volume: volume, Retained: []string{"default/pkvm-base-old.qcow2"}},
+			want: result{Obs: managed.ExternalObservation{ResourceExists: true}, Ready: string(xpv2.ReasonAvailable), Volume: volume, Retained: []string{"default/pkvm-base-0123456789abcdef01234567.qcow2"}},
 		},
 		"PublishedNotAttached": {
 			reason: "a volume of the digest cached for other BaseImages: Create attaches this one",
@@ -350,21 +350,21 @@ func TestObserve(t *testing.T) {
 		},
 		"DeletingRetainedOnly": {
 			reason: "while deleting, a retained volume still present exists",
-			cr:     image(deleted, retaining("default/pkvm-base-old.qcow2")),
+			cr:     image(deleted, retaining("default/pkvm-base-0123456789abcdef01234567.qcow2")),
 			cache: func(t *testing.T) *fakeCache {
 				return &fakeCache{t: t, owned: func(string) ([]imagecache.Image, error) { return nil, nil },
 					lookupVolume: func(string, string) (imagecache.Image, error) { return published(), nil }}
 			},
-			want: result{Obs: managed.ExternalObservation{ResourceExists: true}, Retained: []string{"default/pkvm-base-old.qcow2"}},
+			want: result{Obs: managed.ExternalObservation{ResourceExists: true}, Retained: []string{"default/pkvm-base-0123456789abcdef01234567.qcow2"}},
 		},
 		"DeletingRetainedOfAnother": {
 			reason: "while deleting, a retained volume another owns is not ours",
-			cr:     image(deleted, retaining("default/pkvm-base-old.qcow2")),
+			cr:     image(deleted, retaining("default/pkvm-base-0123456789abcdef01234567.qcow2")),
 			cache: func(t *testing.T) *fakeCache {
 				return &fakeCache{t: t, owned: func(string) ([]imagecache.Image, error) { return nil, nil },
 					lookupVolume: func(string, string) (imagecache.Image, error) { return withOwn(published(), nil), nil }}
 			},
-			want: result{Retained: []string{"default/pkvm-base-old.qcow2"}},
+			want: result{Retained: []string{"default/pkvm-base-0123456789abcdef01234567.qcow2"}},
 		},
 		"DeletingIgnoresExternalName": {
 			reason: "while deleting, the annotation does not matter",
@@ -434,7 +434,7 @@ func TestCreate(t *testing.T) {
 		return imagecache.Result{}, nil
 	}}
 	e := newExternal(c)
-	cr := image(func(b *v1alpha1.BaseImage) { meta.SetExternalName(b, "pkvm-base-old.qcow2") })
+	cr := image(func(b *v1alpha1.BaseImage) { meta.SetExternalName(b, "pkvm-base-0123456789abcdef01234567.qcow2") })
 	if _, err := e.Create(context.Background(), cr); err != nil {
 		t.Fatal(err)
 	}
