@@ -163,3 +163,35 @@ func TestBackoff(t *testing.T) {
 		})
 	}
 }
+
+// TestDialsOfHostsDoNotWaitForEachOther checks that attempts to different hosts run side by
+// side: ten callers of a blackholed host and one of a second one all see their own host's
+// attempt end after one dial timeout, not one after the other.
+func TestDialsOfHostsDoNotWaitForEachOther(t *testing.T) {
+	a, b := hung.New(t, hung.HangSYN), hung.New(t, hung.HangAccepted)
+	const dial = 500 * time.Millisecond
+	p := NewConnections(WithDialTimeout(dial))
+	defer p.Close()
+	ca, cb := hungConfig(t, a), hungConfig(t, b)
+	var wg sync.WaitGroup
+	took := make([]time.Duration, 11)
+	for i := range took {
+		c := ca
+		if i == 10 {
+			c = cb
+		}
+		wg.Go(func() {
+			start := time.Now()
+			if _, err := p.Get(context.Background(), c); err == nil {
+				t.Errorf("Get %d of a hung host: want an error", i)
+			}
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i, d := range took {
+		if d < dial-50*time.Millisecond || d > dial+300*time.Millisecond {
+			t.Errorf("Get %d took %v, want one dial timeout (%v)", i, d, dial)
+		}
+	}
+}
