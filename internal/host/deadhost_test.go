@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -194,4 +195,22 @@ func TestDialsOfHostsDoNotWaitForEachOther(t *testing.T) {
 			t.Errorf("Get %d took %v, want one dial timeout (%v)", i, d, dial)
 		}
 	}
+}
+
+// TestDeadHostWorkerLoadUnscaled is TestDeadHostWorkerLoad at the defaults (15 s dial
+// timeout, crossplane-runtime's 1 min reconcile timeout, the 1-10 s requeue taken as 1 s) over
+// two minutes; it runs only with PKVM_MEASURE=1.
+func TestDeadHostWorkerLoadUnscaled(t *testing.T) {
+	if os.Getenv("PKVM_MEASURE") == "" {
+		t.Skip("a two-minute measurement: set PKVM_MEASURE=1 to run it")
+	}
+	h := hung.New(t, hung.HangSYN)
+	p := NewConnections()
+	defer p.Close()
+	const window = 2 * time.Minute
+	start := time.Now()
+	l := simulateReconciles(p, hungConfig(t, h), 10, window, time.Minute, time.Second)
+	took := time.Since(start)
+	t.Logf("10 resources, blackholed host, defaults: %d reconciles, workers held %.1f s in %.1f s (%.2f workers on average), longest Get %v",
+		l.reconciles, l.held.Seconds(), took.Seconds(), l.held.Seconds()/took.Seconds(), l.maxGet.Round(time.Millisecond))
 }
