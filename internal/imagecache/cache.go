@@ -931,17 +931,17 @@ func (c *Cache) Sweep(ctx context.Context, pool string) (removed []string, kept 
 	if c.alive == nil {
 		return nil, nil, nil
 	}
-	names, err := c.lv.VolumeNames(ctx, pool)
+	vols, err := c.digestVolumes(ctx, pool)
 	if err != nil {
 		return nil, nil, err
 	}
-	vols := map[string]bool{}
-	for _, n := range names {
-		if v, ok := dataVolumeOf(n); ok && isDigestName(v) {
-			vols[v] = true
+	keep := func(v string, err error) {
+		if kept == nil {
+			kept = map[string]error{}
 		}
+		kept[v] = err
 	}
-	for _, v := range slices.Sorted(maps.Keys(vols)) {
+	for _, v := range vols {
 		// Stale records go first, without the lock (no BaseImage that is gone adds its record
 		// again); only a volume left without live owners is worth a removal.
 		others, err := c.otherOwners(ctx, pool, v, "")
@@ -949,10 +949,7 @@ func (c *Cache) Sweep(ctx context.Context, pool string) (removed []string, kept 
 			if ctx.Err() != nil {
 				return removed, kept, err
 			}
-			if kept == nil {
-				kept = map[string]error{}
-			}
-			kept[v] = err
+			keep(v, err)
 			continue
 		}
 		if len(others) > 0 {
@@ -963,15 +960,28 @@ func (c *Cache) Sweep(ctx context.Context, pool string) (removed []string, kept 
 		case err != nil && ctx.Err() != nil:
 			return removed, kept, err
 		case err != nil:
-			if kept == nil {
-				kept = map[string]error{}
-			}
-			kept[v] = err
+			keep(v, err)
 		case !r.Kept:
 			removed = append(removed, v)
 		}
 	}
 	return removed, kept, nil
+}
+
+// digestVolumes are the digest-named data volumes of the pool (those any of its volumes belong
+// to), sorted.
+func (c *Cache) digestVolumes(ctx context.Context, pool string) ([]string, error) {
+	names, err := c.lv.VolumeNames(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	vols := map[string]bool{}
+	for _, n := range names {
+		if v, ok := dataVolumeOf(n); ok && isDigestName(v) {
+			vols[v] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(vols)), nil
 }
 
 // Usage is what Users found of a base volume's users.
