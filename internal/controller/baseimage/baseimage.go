@@ -28,12 +28,14 @@ import (
 	"sync"
 	"time"
 
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	ctrlsource "sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -126,6 +128,11 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 		default: // the poll still comes
 		}
 	})
+	// Jobs of BaseImages removed without a Delete (finalizer removed, namespace force-deleted)
+	// are cancelled; reconciles never see such a BaseImage again.
+	if err := mgr.Add(manager.RunnableFunc(reaper(js, apiUID(mgr.GetAPIReader())))); err != nil {
+		return errors.Wrap(err, "cannot add the BaseImage job reaper")
+	}
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.BaseImage]{
 		GroupKind: v1alpha1.BaseImageGroupKind,
 		GVK:       v1alpha1.BaseImageGroupVersionKind,
@@ -147,6 +154,18 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 			}
 		},
 	})
+}
+
+// apiUID reads a BaseImage's UID from the API server, past the cache.
+func apiUID(r client.Reader) currentUID {
+	return func(ctx context.Context, nn types.NamespacedName) (types.UID, error) {
+		bi := &v1alpha1.BaseImage{}
+		err := r.Get(ctx, nn, bi)
+		if kerrors.IsNotFound(err) {
+			return "", nil
+		}
+		return bi.GetUID(), err
+	}
 }
 
 // Cache is what the external client needs of the image cache; *imagecache.Cache is one.

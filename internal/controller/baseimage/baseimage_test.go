@@ -2,6 +2,7 @@ package baseimage
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"sync"
 	"testing"
@@ -263,4 +264,55 @@ func TestRememberAlive(t *testing.T) {
 	cluster["b"] = true // created since the first list
 	check("b", true, 2)
 	check("gone", false, 3)
+}
+
+// A running job whose BaseImage is gone from the API server, or was replaced by a new object
+// of the same name, is cancelled; one whose BaseImage is there, or cannot be looked up, runs on.
+func TestReapOrphans(t *testing.T) {
+	nn := func(n string) types.NamespacedName { return types.NamespacedName{Namespace: "team-a", Name: n} }
+	cases := map[string]struct {
+		uid     types.UID // of the BaseImage the job runs for
+		current types.UID // the API server's UID of that name ("" for gone)
+		err     error
+		reaped  bool
+	}{
+		"StillThere":  {uid: "u1", current: "u1"},
+		"Gone":        {uid: "u1", current: "", reaped: true},
+		"Replaced":    {uid: "u1", current: "u2", reaped: true},
+		"LookupFails": {uid: "u1", err: errors.New("apiserver down")},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			js := newJobs(nil)
+			cancelled := make(chan struct{})
+			j := js.start(tc.uid, nn("debian"), imagecache.Source{URL: "https://example.org/a.qcow2"}, "", func(ctx context.Context, _ imagecache.ProgressFunc) (imagecache.Result, error) {
+				<-ctx.Done()
+				close(cancelled)
+				return imagecache.Result{}, ctx.Err()
+			})
+			got := reapOrphans(context.Background(), js, func(context.Context, types.NamespacedName) (types.UID, error) { return tc.current, tc.err })
+			if (len(got) == 1) != tc.reaped {
+				t.Fatalf("reaped %v, want reaped=%v", got, tc.reaped)
+			}
+			if !tc.reaped {
+				if js.get(tc.uid) != j {
+					t.Error("the job of a BaseImage that is there was dropped")
+				}
+				j.cancel()
+				<-j.done
+				return
+			}
+			select {
+			case <-cancelled:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the orphaned job was not cancelled")
+			}
+			if js.get(tc.uid) != nil {
+				t.Error("the orphaned job is still tracked")
+			}
+			if len(js.running()) != 0 {
+				t.Errorf("running after the reap: %v", js.running())
+			}
+		})
+	}
 }

@@ -16,6 +16,8 @@ import (
 // reports its progress. A provider killed mid-upload loses its jobs: the next Observe finds
 // debris (never a usable volume) and no job, and Create starts again.
 type job struct {
+	// nn is the BaseImage the job publishes for.
+	nn  types.NamespacedName
 	src imagecache.Source
 	// policy identifies the imageSources the job downloads under.
 	policy string
@@ -82,7 +84,7 @@ func (js *jobs) start(uid types.UID, nn types.NamespacedName, src imagecache.Sou
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
-	j := &job{src: src, policy: policy, cancel: cancel, done: make(chan struct{}), attempt: attempt, lastErr: lastErr}
+	j := &job{nn: nn, src: src, policy: policy, cancel: cancel, done: make(chan struct{}), attempt: attempt, lastErr: lastErr}
 	js.m[uid] = j
 	go func() {
 		defer cancel()
@@ -114,5 +116,59 @@ func (js *jobs) forget(uid types.UID) {
 	if j, ok := js.m[uid]; ok {
 		j.cancel()
 		delete(js.m, uid)
+	}
+}
+
+// running returns the BaseImages of the jobs that have not finished, by UID.
+func (js *jobs) running() map[types.UID]types.NamespacedName {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	out := map[types.UID]types.NamespacedName{}
+	for uid, j := range js.m {
+		if !j.finished() {
+			out[uid] = j.nn
+		}
+	}
+	return out
+}
+
+// currentUID answers the UID of BaseImage nn as the API server has it ("" when it does not
+// exist).
+type currentUID func(ctx context.Context, nn types.NamespacedName) (types.UID, error)
+
+// reapOrphans cancels the running jobs of BaseImages that are gone from the API server without
+// a Delete of ours (their finalizer removed by hand, their namespace force-deleted) or that
+// were replaced by a new object of the same name. A cancelled publish removes its claim, its
+// partial data and its owner record as it ends, so nothing half-written stays on the host.
+// It returns the UIDs it cancelled; a BaseImage it cannot look up is left alone.
+func reapOrphans(ctx context.Context, js *jobs, current currentUID) []types.UID {
+	var reaped []types.UID
+	for uid, nn := range js.running() {
+		got, err := current(ctx, nn)
+		if err != nil || got == uid {
+			continue
+		}
+		js.forget(uid)
+		reaped = append(reaped, uid)
+	}
+	return reaped
+}
+
+// reapInterval is how often running jobs are checked for a BaseImage that is gone.
+const reapInterval = 30 * time.Second
+
+// reaper runs reapOrphans every reapInterval until ctx ends.
+func reaper(js *jobs, current currentUID) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTicker(reapInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				reapOrphans(ctx, js, current)
+			}
+		}
 	}
 }
