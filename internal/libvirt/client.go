@@ -126,32 +126,19 @@ func (c *Client) Pool(ctx context.Context, name string) (Pool, error) {
 
 // ActivePools lists the host's active storage pools.
 func (c *Client) ActivePools(ctx context.Context) ([]Pool, error) {
-	var out []Pool
-	err := c.do(ctx, func(l rpc) error {
-		sps, _, err := l.ConnectListAllStoragePools(1, golibvirt.ConnectListStoragePoolsActive)
-		if err != nil {
-			return err
-		}
-		for _, sp := range sps {
-			p, err := poolInfo(l, sp)
-			if IsNotFound(err) {
-				continue // gone since listed
-			}
-			if err != nil {
-				return err
-			}
-			out = append(out, p)
-		}
-		return nil
-	})
-	return out, errors.Wrapf(err, errListPools, c.conn.Address())
+	return c.listPools(ctx, golibvirt.ConnectListStoragePoolsActive)
 }
 
 // AllPools lists the host's storage pools, active or not (Pool.Active tells).
 func (c *Client) AllPools(ctx context.Context) ([]Pool, error) {
+	return c.listPools(ctx, 0)
+}
+
+// listPools lists the storage pools that flags select, skipping any that went since listed.
+func (c *Client) listPools(ctx context.Context, flags golibvirt.ConnectListAllStoragePoolsFlags) ([]Pool, error) {
 	var out []Pool
 	err := c.do(ctx, func(l rpc) error {
-		sps, _, err := l.ConnectListAllStoragePools(1, 0)
+		sps, _, err := l.ConnectListAllStoragePools(1, flags)
 		if err != nil {
 			return err
 		}
