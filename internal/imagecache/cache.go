@@ -3,6 +3,7 @@ package imagecache
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"io"
 	"maps"
 	"net/http"
@@ -57,6 +58,9 @@ type Image struct {
 	Marker *Record
 	// Claim is the record of the .claim volume, if one could be parsed.
 	Claim *Record
+	// ClaimModified is the claim volume's mtime as libvirt reports it ("" when unknown): how
+	// others tell that its holder still renews it (see claimRenew).
+	ClaimModified string
 	// Own is the owner record (OwnerName) of the UID the lookup was asked about, when it
 	// exists and is valid. HasOwn tells whether the record volume exists at all.
 	Own *Record
@@ -95,11 +99,12 @@ type Liveness func(ctx context.Context, uid string) (bool, error)
 
 // Cache publishes, looks up and removes BaseImage volumes on one host.
 type Cache struct {
-	lv    *libvirt.Client
-	dl    Downloads
-	http  *http.Client
-	now   func() time.Time
-	alive Liveness
+	lv     *libvirt.Client
+	dl     Downloads
+	http   *http.Client
+	now    func() time.Time
+	alive  Liveness
+	holder string
 }
 
 // An Option configures a Cache.
@@ -118,7 +123,7 @@ func WithLiveness(l Liveness) Option { return func(c *Cache) { c.alive = l } }
 // stalls and the image size are bounded.
 func New(lv *libvirt.Client, dl Downloads, opts ...Option) *Cache {
 	dl = dl.withDefaults()
-	c := &Cache{lv: lv, dl: dl, http: newHTTPClient(dl), now: time.Now}
+	c := &Cache{lv: lv, dl: dl, http: newHTTPClient(dl), now: time.Now, holder: processHolder}
 	for _, o := range opts {
 		o(c)
 	}
@@ -140,7 +145,10 @@ const (
 	errUpload       = "cannot stream the image from %s into volume %s in pool %s"
 	errSize         = "the image from %s ended after %d bytes, but the server announced %d"
 	errPhysical     = "volume %s holds %d bytes after the upload, but %d were sent"
+	errReadBack     = "cannot read back volume %s in pool %s to verify it"
+	errStored       = "volume %s in pool %s does not hold what was uploaded: the %d bytes at offset %d differ (another writer or a storage fault); it is not published"
 	errNotPublished = "volume %s in pool %s is not published after publishing it: %s"
+	errClaimHeld    = "volume %s in pool %s is claimed by an upload or removal that its provider process still renews; retrying later"
 	errClaimRace    = "volume %s in pool %s was claimed concurrently; retrying later"
 	errNotOurs      = "refusing to remove volume %q: it is not a BaseImage volume"
 	errUsers        = "cannot find the users of %s"
@@ -265,6 +273,15 @@ func (c *Cache) classify(ctx context.Context, pool, volume, ownerUID string, che
 		if err != nil {
 			return img, err
 		}
+		if img.HasClaim && !cheap {
+			// The claim's mtime tells whether its holder renews it; one more call, only while
+			// a claim exists.
+			cv, cerr := c.lv.Volume(ctx, pool, ClaimName(volume))
+			if cerr != nil && !libvirt.IsNotFound(cerr) {
+				return img, errors.Wrapf(cerr, errLookup, ClaimName(volume), pool)
+			}
+			img.ClaimModified = cv.ModifiedAt
+		}
 	}
 	switch {
 	case img.Marker != nil && img.Marker.Owner.UID != "":
@@ -345,47 +362,55 @@ type publishPlan struct {
 	CheckUsers bool
 	// Delete lists the debris to remove, in order: marker, data, claim.
 	Delete []string
-	// WriteClaim: our claim must be written before the upload (there is none we can keep).
+	// WriteClaim: our claim must be written before the upload.
 	WriteClaim bool
 }
 
 // planPublish decides, without I/O, what Publish does with img on behalf of owner, for the
 // image src (with its digest). live holds the UIDs of the other owners whose records are
-// live. A published image is reused only when its marker records exactly src's digest and
-// format. An upload or removal claimed by a live owner is waited for; a claim of an owner that
-// is gone is debris anyone may clean. Data that no record names is refused (we write the claim
-// before the data and drop it only after the marker, so such data was never ours).
-func planPublish(img Image, owner Owner, src Source, live map[string]bool) (publishPlan, error) {
-	ourClaim := img.HasClaim && img.Claim != nil && img.Claim.Owner.UID == owner.UID && img.Claim.State == RecordClaimed
+// live; ourClaim tells that the claim (if any) is one this process holds for owner, l how
+// fresh it is otherwise (see claimRenew). A published image is reused only when its marker
+// records exactly src's digest and format. A claim that is not ours is waited for while its
+// holder renews it, whichever BaseImage it names; one whose freshness cannot be told is
+// waited for while it names another live owner, as before leases. A stale claim, or one of an
+// owner that is gone, is debris anyone may clean. Data that no record names is refused (we
+// write the claim before the data and drop it only after the marker, so such data was never
+// ours).
+func planPublish(img Image, owner Owner, src Source, live map[string]bool, ourClaim bool, l lease) (publishPlan, error) {
 	if img.State == StatePublished {
 		if img.Marker.SHA256 != src.SHA256 || img.Marker.Format != src.Format.orDefault() {
 			return publishPlan{}, errors.Errorf(errOtherDigest, img.Volume, img.Pool, img.Marker.SHA256, img.Marker.Format, src.SHA256, src.Format.orDefault())
 		}
 		return publishPlan{Reuse: true, DropClaim: ourClaim}, nil
 	}
-	if img.Claim != nil && img.Claim.Owner.UID != owner.UID && live[img.Claim.Owner.UID] {
-		return publishPlan{Wait: true}, nil
+	if img.HasClaim && !ourClaim {
+		switch {
+		case l == leaseFresh:
+			return publishPlan{Wait: true}, nil
+		case l == leaseUnknown && img.Claim != nil && img.Claim.Owner.UID != owner.UID && live[img.Claim.Owner.UID]:
+			return publishPlan{Wait: true}, nil
+		}
 	}
 	if img.HasData && img.Owner.UID == "" && !img.HasClaim {
 		return publishPlan{}, &OwnedByOtherError{Pool: img.Pool, Volume: img.Volume}
 	}
-	return planClean(img, ourClaim), nil
+	return planClean(img), nil
 }
 
-// planClean is the plan for debris (ours, of owners that are gone, torn records) or nothing:
-// start clean, keeping our own claim.
-func planClean(img Image, ourClaim bool) publishPlan {
-	p := publishPlan{CheckUsers: img.HasData}
+// planClean is the plan for debris (ours, stale, of owners that are gone, torn records) or
+// nothing: start clean, with a claim of our own written anew (its bytes are what the lease
+// renews).
+func planClean(img Image) publishPlan {
+	p := publishPlan{CheckUsers: img.HasData, WriteClaim: true}
 	if img.HasMarker {
 		p.Delete = append(p.Delete, MarkerName(img.Volume))
 	}
 	if img.HasData {
 		p.Delete = append(p.Delete, img.Volume)
 	}
-	if img.HasClaim && !ourClaim {
+	if img.HasClaim {
 		p.Delete = append(p.Delete, ClaimName(img.Volume))
 	}
-	p.WriteClaim = !ourClaim
 	return p
 }
 
@@ -423,6 +448,11 @@ func (c *Cache) writeRecord(ctx context.Context, pool, name string, r Record) er
 	if err != nil {
 		return err
 	}
+	return c.writeRecordBytes(ctx, pool, name, b)
+}
+
+// writeRecordBytes is writeRecord of an encoded record.
+func (c *Cache) writeRecordBytes(ctx context.Context, pool, name string, b []byte) error {
 	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: name, Format: libvirt.FormatRaw, CapacityBytes: uint64(len(b))})
 	if err != nil {
 		return err
@@ -443,11 +473,28 @@ func (c *Cache) bestEffortDelete(ctx context.Context, pool string, names ...stri
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	for _, n := range names {
-		if err := c.lv.DeleteVolume(ctx, pool, n); err != nil {
+		if err := c.lv.DeleteVolume(ctx, pool, n); err != nil && !libvirt.IsNotFound(err) {
 			return false
 		}
 	}
 	return true
+}
+
+// verifyStored reads back the sampled blocks of vol and compares each with the digest taken
+// while it was streamed.
+func (c *Cache) verifyStored(ctx context.Context, pool, vol string, samples []blockSample) error {
+	for _, b := range samples {
+		h := sha256.New()
+		if err := c.lv.Download(ctx, pool, vol, h, uint64(b.Offset), uint64(b.Len)); err != nil {
+			return errors.Wrapf(err, errReadBack, vol, pool)
+		}
+		var got [sha256.Size]byte
+		copy(got[:], h.Sum(nil))
+		if got != b.Sum {
+			return errors.Errorf(errStored, vol, pool, b.Len, b.Offset)
+		}
+	}
+	return nil
 }
 
 // Publish makes the image src asks for available in pool, owned (among others) by owner, and
@@ -551,7 +598,12 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 			return Result{Image: img}, false, err
 		}
 	}
-	plan, err := planPublish(img, owner, src, live)
+	ourClaim := c.ours(img, owner.UID)
+	l := leaseUnknown
+	if img.HasClaim && !ourClaim {
+		l = c.claimLease(img)
+	}
+	plan, err := planPublish(img, owner, src, live, ourClaim, l)
 	if err != nil {
 		return Result{Image: img}, false, err
 	}
@@ -576,32 +628,46 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 		}
 	}
 	for _, n := range plan.Delete {
-		if err := c.lv.DeleteVolume(ctx, pool, n); err != nil {
+		if err := c.lv.DeleteVolume(ctx, pool, n); err != nil && !libvirt.IsNotFound(err) {
 			return Result{Image: img}, false, errors.Wrapf(err, errCleanDebris, vol, pool)
 		}
 	}
-	if plan.WriteClaim {
-		claim := Record{State: RecordClaimed, Volume: vol, Owner: owner, SourceURL: redactURL(src.URL), ExpectedSHA256: src.SHA256, Format: src.Format, Time: c.now().UTC()}
-		if err := c.writeRecord(ctx, pool, ClaimName(vol), claim); err != nil {
-			if libvirt.IsExists(err) {
-				return Result{}, false, errors.Errorf(errClaimRace, vol, pool)
-			}
-			return Result{}, false, err
+	claims.forget(c.memoKey(pool, ClaimName(vol)))
+	claim := Record{State: RecordClaimed, Volume: vol, Owner: owner, Holder: c.holder, SourceURL: redactURL(src.URL), ExpectedSHA256: src.SHA256, Format: src.Format, Time: c.now().UTC()}
+	cb, err := claim.Encode()
+	if err != nil {
+		return Result{}, false, err
+	}
+	if err := c.writeRecordBytes(ctx, pool, ClaimName(vol), cb); err != nil {
+		if libvirt.IsExists(err) {
+			return Result{}, false, errors.Errorf(errClaimRace, vol, pool)
 		}
+		return Result{}, false, err
 	}
 	unlock()
 
+	// The claim is renewed until the upload's outcome is on the host: the marker written, or
+	// what the upload wrote deleted. An upload whose claim is lost stops, publishes nothing and
+	// deletes nothing.
+	hctx, release := c.hold(ctx, pool, ClaimName(vol), cb)
 	start := c.now()
-	res, err = c.upload(ctx, pool, vol, src, asked.SHA256, owner, progress)
+	res, err = c.upload(hctx, pool, vol, src, asked.SHA256, owner, progress)
 	res.Duration = c.now().Sub(start)
 	if err != nil {
-		// Remove the data volume, then the claim: what cannot be removed
-		// stays claimed by owner, for its next attempt.
-		if c.bestEffortDelete(ctx, pool, vol, MarkerName(vol)) {
+		if cause := context.Cause(hctx); errors.Is(cause, errClaimLost) && ctx.Err() == nil {
+			err = errors.Wrap(cause, err.Error())
+		}
+		// Remove the data volume, then the claim, while the claim is still ours: what cannot
+		// be removed stays claimed by owner, for its next attempt.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		if mine, _ := c.stillOurs(cctx, pool, vol, owner.UID); mine && c.bestEffortDelete(ctx, pool, vol, MarkerName(vol)) {
 			c.bestEffortDelete(ctx, pool, ClaimName(vol))
 		}
+		cancel()
+		release()
 		return res, false, err
 	}
+	release()
 	_ = c.lv.DeleteVolume(ctx, pool, ClaimName(vol)) // a stale claim of ours is harmless
 
 	img, err = c.lookup(ctx, pool, vol, owner.UID)
@@ -709,6 +775,18 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expect
 	sum := s.sum()
 	virtual, err := verifyUpload(src, shownURL, vol, uploaded{N: s.n, Total: total, Physical: int64(n), SHA256: sum, VirtualSize: s.virtualSize})
 	if err != nil {
+		return res, err
+	}
+	// What the host stored, not only what was streamed: sampled blocks read back (see
+	// imageStream.samples), and the claim still ours, right before the marker makes the
+	// volume usable.
+	if err := c.verifyStored(ctx, pool, vol, s.samples); err != nil {
+		return res, err
+	}
+	if mine, err := c.stillOurs(ctx, pool, vol, owner.UID); err != nil || !mine {
+		if err == nil {
+			err = errClaimLost
+		}
 		return res, err
 	}
 	marker := Record{
@@ -870,12 +948,17 @@ func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) (Remo
 	if err := inUse(); err != nil {
 		return Removal{}, err
 	}
+	// An upload another process still renews is never deleted under it: that process may
+	// publish for owners added meanwhile, or finish its own cleanup.
+	if img.HasClaim && !c.ours(img, ownerUID) && c.claimLease(img) == leaseFresh {
+		return Removal{}, errors.Errorf(errClaimHeld, volume, pool)
+	}
 	if !img.HasClaim {
 		remover := Owner{UID: ownerUID}
 		if ownerUID == "" {
 			remover.UID = sweeperUID // a record must name someone
 		}
-		claim := Record{State: RecordRemoving, Volume: volume, Owner: remover, Time: c.now().UTC()}
+		claim := Record{State: RecordRemoving, Volume: volume, Owner: remover, Holder: c.holder, Time: c.now().UTC()}
 		if img.Marker != nil {
 			claim.SourceURL, claim.Format = img.Marker.SourceURL, img.Marker.Format
 		}

@@ -3,6 +3,7 @@ package imagecache
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -22,9 +23,11 @@ func TestPlanPublish(t *testing.T) {
 		err  string
 	}
 	cases := map[string]struct {
-		reason string
-		img    Image
-		want   want
+		reason   string
+		img      Image
+		ourClaim bool
+		lease    lease
+		want     want
 	}{
 		"Nothing": {
 			reason: "an empty pool: write our claim, then upload",
@@ -37,9 +40,16 @@ func TestPlanPublish(t *testing.T) {
 			want:   want{plan: publishPlan{Reuse: true}},
 		},
 		"PublishedWithStaleClaim": {
-			reason: "a claim of ours left next to the published image goes",
+			reason:   "a claim of ours left next to the published image goes",
+			img:      Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, HasClaim: true, Owner: us, Marker: marker(us, sum, FormatQCOW2), Claim: claim(us, RecordClaimed)},
+			ourClaim: true,
+			want:     want{plan: publishPlan{Reuse: true, DropClaim: true}},
+		},
+		"PublishedWithOthersClaim": {
+			reason: "another process's claim next to the published image is left to it",
 			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, HasClaim: true, Owner: us, Marker: marker(us, sum, FormatQCOW2), Claim: claim(us, RecordClaimed)},
-			want:   want{plan: publishPlan{Reuse: true, DropClaim: true}},
+			lease:  leaseFresh,
+			want:   want{plan: publishPlan{Reuse: true}},
 		},
 		"PublishedByOther": {
 			reason: "the same bytes another BaseImage (any namespace) published: attach to it",
@@ -66,6 +76,36 @@ func TestPlanPublish(t *testing.T) {
 			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: them, Claim: claim(them, RecordRemoving)},
 			want:   want{plan: publishPlan{Wait: true}},
 		},
+		"SameOwnerOtherHolderFresh": {
+			reason: "two provider processes reconciling one BaseImage: the other's renewed upload is waited for, never deleted",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: us, Claim: claim(us, RecordClaimed)},
+			lease:  leaseFresh,
+			want:   want{plan: publishPlan{Wait: true}},
+		},
+		"GoneOwnerFreshClaim": {
+			reason: "a renewed claim is waited for even when the BaseImage it names is gone: its holder still writes",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: gone, Claim: claim(gone, RecordClaimed)},
+			lease:  leaseFresh,
+			want:   want{plan: publishPlan{Wait: true}},
+		},
+		"TornClaimFresh": {
+			reason: "a claim unreadable mid-renewal but renewed is waited for",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true},
+			lease:  leaseFresh,
+			want:   want{plan: publishPlan{Wait: true}},
+		},
+		"LiveOwnerStaleClaim": {
+			reason: "a claim whose holder stopped renewing is debris, even when the BaseImage it names lives (its provider was killed)",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: them, Claim: claim(them, RecordClaimed)},
+			lease:  leaseStale,
+			want:   want{plan: publishPlan{CheckUsers: true, Delete: []string{vol, ClaimName(vol)}, WriteClaim: true}},
+		},
+		"SameOwnerOtherHolderStale": {
+			reason: "our BaseImage's upload by a process that is gone (a restart): cleaned once stale",
+			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: us, Claim: claim(us, RecordClaimed)},
+			lease:  leaseStale,
+			want:   want{plan: publishPlan{CheckUsers: true, Delete: []string{vol, ClaimName(vol)}, WriteClaim: true}},
+		},
 		"ClaimedByGoneOwner": {
 			reason: "the cut upload of an owner whose record is gone is debris: clean it and upload",
 			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: gone, Claim: claim(gone, RecordClaimed)},
@@ -77,14 +117,16 @@ func TestPlanPublish(t *testing.T) {
 			want:   want{err: "without an ownership record"},
 		},
 		"OurCutUpload": {
-			reason: "our cut upload: check users, delete the data, keep our claim",
-			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: us, Claim: claim(us, RecordClaimed)},
-			want:   want{plan: publishPlan{CheckUsers: true, Delete: []string{vol}}},
+			reason:   "our cut upload: check users, delete the data and our claim, write a new claim",
+			img:      Image{State: StateDebris, Volume: vol, HasData: true, HasClaim: true, Owner: us, Claim: claim(us, RecordClaimed)},
+			ourClaim: true,
+			want:     want{plan: publishPlan{CheckUsers: true, Delete: []string{vol, ClaimName(vol)}, WriteClaim: true}},
 		},
 		"OurTornMarker": {
-			reason: "a torn marker of ours: delete marker and data, keep the claim",
-			img:    Image{State: StateDebris, Volume: vol, HasData: true, HasMarker: true, HasClaim: true, Owner: us, Claim: claim(us, RecordClaimed)},
-			want:   want{plan: publishPlan{CheckUsers: true, Delete: []string{MarkerName(vol), vol}}},
+			reason:   "a torn marker of ours: delete marker, data and claim, write a new claim",
+			img:      Image{State: StateDebris, Volume: vol, HasData: true, HasMarker: true, HasClaim: true, Owner: us, Claim: claim(us, RecordClaimed)},
+			ourClaim: true,
+			want:     want{plan: publishPlan{CheckUsers: true, Delete: []string{MarkerName(vol), vol, ClaimName(vol)}, WriteClaim: true}},
 		},
 		"OurCutRemoval": {
 			reason: "a removal of ours cut half-way: its claim is replaced by a fresh one",
@@ -99,7 +141,7 @@ func TestPlanPublish(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			p, err := planPublish(tc.img, us, src, live)
+			p, err := planPublish(tc.img, us, src, live, tc.ourClaim, tc.lease)
 			got := want{plan: p}
 			if err != nil {
 				got.err = err.Error()
@@ -145,5 +187,45 @@ func TestVerifyUpload(t *testing.T) {
 				t.Errorf("%s\nverifyUpload() error %v, want one mentioning %q", tc.reason, err, tc.err)
 			}
 		})
+	}
+}
+
+func TestClaimClockJudge(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	k := &claimClock{seen: map[string]claimSeen{}}
+	steps := []struct {
+		reason string
+		mtime  string
+		at     time.Duration
+		want   lease
+	}{
+		{reason: "no timestamps: unknown", mtime: "", want: leaseUnknown},
+		{reason: "first seen: fresh, whatever its age on the host's clock", mtime: "5.0", want: leaseFresh},
+		{reason: "unchanged within claimStale: fresh", mtime: "5.0", at: claimStale - time.Second, want: leaseFresh},
+		{reason: "unchanged for claimStale: stale", mtime: "5.0", at: claimStale, want: leaseStale},
+		{reason: "renewed: fresh again, counted from now", mtime: "9.0", at: claimStale + time.Second, want: leaseFresh},
+		{reason: "a renewed claim goes stale only claimStale after its last change was seen", mtime: "9.0", at: 2 * claimStale, want: leaseFresh},
+		{reason: "and then it does", mtime: "9.0", at: 2*claimStale + time.Second, want: leaseStale},
+	}
+	for _, s := range steps {
+		if got := k.judge("claim", s.mtime, t0.Add(s.at)); got != s.want {
+			t.Errorf("%s: judge(%q, +%s) = %d, want %d", s.reason, s.mtime, s.at, got, s.want)
+		}
+	}
+	k.forget("claim")
+	if got := k.judge("claim", "9.0", t0.Add(10*claimStale)); got != leaseFresh {
+		t.Errorf("after forget, a claim is first seen again: got %d, want fresh", got)
+	}
+}
+
+func TestSampledBlock(t *testing.T) {
+	var got []int64
+	for i := range int64(70) {
+		if sampledBlock(i) {
+			got = append(got, i)
+		}
+	}
+	if diff := cmp.Diff([]int64{0, 1, 2, 4, 8, 16, 32, 64}, got); diff != "" {
+		t.Errorf("sampledBlock: -want +got:\n%s", diff)
 	}
 }

@@ -42,6 +42,9 @@ type Record struct {
 	// Volume is the data volume the record is about.
 	Volume string `json:"volume"`
 	Owner  Owner  `json:"owner"`
+	// Holder names the provider process that wrote a claim (see claimRenew); "" in records
+	// of releases before claim leases.
+	Holder string `json:"holder,omitempty"`
 	// SourceURL is the URL asked for (password redacted); FinalURL the one
 	// the bytes came from after redirects.
 	SourceURL string `json:"sourceURL"`

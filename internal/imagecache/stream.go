@@ -43,6 +43,7 @@ type imageStream struct {
 
 	// Written by the producer; read after wg.Wait or after chunks closed.
 	hash        hash.Hash
+	samples     []blockSample
 	n           int64
 	virtualSize int64
 	err         error
@@ -156,6 +157,9 @@ func (s *imageStream) produce() {
 		}
 		if n > 0 {
 			_, _ = s.hash.Write(buf[:n])
+			if idx := s.n / chunkSize; sampledBlock(idx) || n < chunkSize || (s.total > 0 && s.n+int64(n) == s.total) {
+				s.samples = append(s.samples, blockSample{Offset: s.n, Len: n, Sum: sha256.Sum256(buf[:n])})
+			}
 			s.n += int64(n)
 			st.pause()
 			select {
@@ -237,6 +241,20 @@ func (s *imageStream) close() {
 
 // sum returns the hex sha256 of the bytes read so far; call after close.
 func (s *imageStream) sum() string { return hex.EncodeToString(s.hash.Sum(nil)) }
+
+// blockSample is the digest of one block of the stream, read back from the stored volume
+// before it is published: a cheap check of what the host stored (a second writer, a torn
+// write, a storage fault), where hashing the whole volume again would mean downloading it.
+type blockSample struct {
+	Offset int64
+	Len    int
+	Sum    [sha256.Size]byte
+}
+
+// sampledBlock tells which 1 MiB blocks are sampled: the first, then those whose index is a
+// power of two (the qcow2 header and tables sit at the start; 11 blocks of a 1 GiB image);
+// the last block is sampled too.
+func sampledBlock(idx int64) bool { return idx&(idx-1) == 0 }
 
 // errStalled is the cause of a download that sent no bytes for too long;
 // Publish reports it as a *LimitError of LimitStall.

@@ -570,3 +570,29 @@ func TestCheckFormatQEMUImages(t *testing.T) {
 		})
 	}
 }
+
+// The stream keeps the digests of the blocks Publish reads back before marking a volume:
+// the first, those at powers of two and the last (here a short one).
+func TestImageStreamSamples(t *testing.T) {
+	img := make([]byte, 5<<20+123)
+	for i := range img {
+		img[i] = byte(i * 7)
+	}
+	for _, total := range []int64{int64(len(img)), 0} {
+		s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatRaw, total, 0, 0, nil, nil)
+		if _, err := io.Copy(io.Discard, s); err != nil {
+			t.Fatal(err)
+		}
+		s.close()
+		var got []int64
+		for _, b := range s.samples {
+			got = append(got, b.Offset)
+			if want := sha256.Sum256(img[b.Offset : b.Offset+int64(b.Len)]); b.Sum != want {
+				t.Errorf("total %d: sample at %d has the wrong digest", total, b.Offset)
+			}
+		}
+		if diff := cmp.Diff([]int64{0, 1 << 20, 2 << 20, 4 << 20, 5 << 20}, got); diff != "" {
+			t.Errorf("total %d: sampled offsets -want +got:\n%s", total, diff)
+		}
+	}
+}

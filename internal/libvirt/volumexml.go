@@ -53,6 +53,10 @@ type Volume struct {
 	// BackingStorePath is the volume's backing file, if any.
 	BackingStorePath   string
 	BackingStoreFormat string
+	// ModifiedAt is the file's mtime as libvirt reports it (seconds.nanoseconds since the
+	// epoch, on the host's clock), "" when the pool's volumes have no timestamps. It is
+	// compared only with earlier readings of the same volume, never with the local clock.
+	ModifiedAt string
 }
 
 const (
@@ -114,6 +118,9 @@ func ParseVolumeXML(pool, doc string) (Volume, error) {
 		v.Path = t.Path
 		if t.Format != nil {
 			v.Format = t.Format.Type
+		}
+		if t.Timestamps != nil {
+			v.ModifiedAt = t.Timestamps.Mtime
 		}
 	}
 	if b := x.BackingStore; b != nil {

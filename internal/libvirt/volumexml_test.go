@@ -92,6 +92,12 @@ const overlayDump = `<volume type='file'>
       <owner>0</owner>
       <group>0</group>
     </permissions>
+    <timestamps>
+      <atime>1796148168.678956370</atime>
+      <mtime>1796148168.678133546</mtime>
+      <ctime>1796148168.678133546</ctime>
+      <btime>0</btime>
+    </timestamps>
     <compat>1.1</compat>
     <clusterSize unit='B'>65536</clusterSize>
     <features/>
@@ -113,6 +119,7 @@ func TestParseVolumeXML(t *testing.T) {
 		Path: "/var/lib/provider-kvm-testbed/pool/vm-root.qcow2", Format: "qcow2",
 		CapacityBytes: 1 << 30, AllocationBytes: 200704,
 		BackingStorePath: "/var/lib/provider-kvm-testbed/pool/pkvm-base-0123.img", BackingStoreFormat: "raw",
+		ModifiedAt:       "1796148168.678133546",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseVolumeXML(): -want +got:\n%s", diff)

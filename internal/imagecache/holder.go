@@ -1,0 +1,175 @@
+package imagecache
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+)
+
+// Claim leases. A claim (NAME.claim) names the BaseImage that uploads the volume and the
+// provider process that holds it (Record.Holder). While the upload runs, the holder rewrites
+// the claim every claimRenew with exactly the bytes it first wrote, so the content never
+// changes (a torn rewrite of identical bytes is identical) while the file's mtime advances.
+// Anyone else judges a claim by that mtime, read through libvirt, and compares it only with
+// its own earlier readings: a claim whose mtime has not moved for claimStale of the reader's
+// own clock is stale, whatever the clocks of the host and of the holder say. A fresh claim of
+// another holder is never deleted, whichever BaseImage it names: two provider processes
+// reconciling the same BaseImage (a rolling update, two replicas without leader election) wait
+// for each other instead of deleting each other's upload.
+var (
+	claimRenew = 5 * time.Second
+	claimStale = 30 * time.Second
+)
+
+// errClaimLost ends an upload whose claim another process removed or replaced: it must not
+// publish, and must not delete what may be that process's data now.
+var errClaimLost = errors.New("the upload's claim was removed or replaced by another process, which must have judged it stale; this upload is abandoned")
+
+// processHolder names this process in the claims it writes: the host name (a pod's name in a
+// cluster), the PID and a random suffix, so that a restarted process is another holder.
+var processHolder = func() string {
+	h, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return h + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b)
+}()
+
+// WithHolder sets the holder name written into claims (default: one per process).
+func WithHolder(h string) Option { return func(c *Cache) { c.holder = h } }
+
+// lease is what a reader knows of a claim it does not hold.
+type lease int
+
+const (
+	// leaseUnknown: the claim's mtime cannot be read (a pool without timestamps) or it names
+	// no holder of this protocol; the owner's liveness decides, as before leases.
+	leaseUnknown lease = iota
+	// leaseFresh: the claim's mtime moved within claimStale, or it was first seen less than
+	// claimStale ago.
+	leaseFresh
+	// leaseStale: the mtime has not moved for claimStale: its holder is gone or stuck.
+	leaseStale
+)
+
+// claimClock remembers, per claim volume, the mtime last read and when this process first
+// read it.
+type claimClock struct {
+	mu   sync.Mutex
+	seen map[string]claimSeen
+}
+
+type claimSeen struct {
+	mtime string
+	since time.Time
+}
+
+var claims = &claimClock{seen: map[string]claimSeen{}}
+
+// judge returns the lease of the claim volume key whose mtime is mtime, at now.
+func (k *claimClock) judge(key, mtime string, now time.Time) lease {
+	if mtime == "" {
+		return leaseUnknown
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, ok := k.seen[key]
+	if !ok || s.mtime != mtime {
+		k.seen[key] = claimSeen{mtime: mtime, since: now}
+		return leaseFresh
+	}
+	if now.Sub(s.since) < claimStale {
+		return leaseFresh
+	}
+	return leaseStale
+}
+
+// forget drops what is remembered of key (the claim was deleted).
+func (k *claimClock) forget(key string) {
+	k.mu.Lock()
+	delete(k.seen, key)
+	k.mu.Unlock()
+}
+
+// ours tells whether img's claim is an upload claim this process holds for owner.
+func (c *Cache) ours(img Image, owner string) bool {
+	cl := img.Claim
+	return img.HasClaim && cl != nil && cl.State == RecordClaimed && cl.Owner.UID == owner && cl.Holder == c.holder
+}
+
+// claimLease judges img's claim, which is not ours. A claim without a holder (written by a
+// release before leases) is judged by its mtime too: its writer may still be uploading.
+func (c *Cache) claimLease(img Image) lease {
+	if !img.HasClaim {
+		return leaseUnknown
+	}
+	return claims.judge(c.memoKey(img.Pool, ClaimName(img.Volume)), img.ClaimModified, c.now())
+}
+
+// hold renews the claim volume name of pool, whose content is b, every claimRenew until the
+// returned stop is called. When the claim is gone or no longer holds b, it cancels the
+// returned context with errClaimLost. stop waits for the renewing goroutine.
+func (c *Cache) hold(ctx context.Context, pool, name string, b []byte) (context.Context, func()) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	quit := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(claimRenew)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-hctx.Done():
+				return
+			case <-t.C:
+			}
+			if lost := c.renew(hctx, pool, name, b); lost {
+				cancel(errClaimLost)
+				return
+			}
+		}
+	}()
+	return hctx, func() {
+		close(quit)
+		<-done
+		cancel(nil)
+	}
+}
+
+// renew rewrites the claim with its own bytes after checking they are still there; it
+// reports the claim lost when it is gone or holds other bytes. Other failures (a cut
+// connection) are retried at the next tick: the claim goes stale only after claimStale.
+func (c *Cache) renew(ctx context.Context, pool, name string, b []byte) (lost bool) {
+	var buf bytes.Buffer
+	err := c.lv.Download(ctx, pool, name, &buf, 0, maxRecordBytes)
+	switch {
+	case libvirt.IsNotFound(err):
+		return true
+	case err != nil:
+		return false
+	case !bytes.Equal(bytes.TrimRight(buf.Bytes(), "\x00"), b):
+		return true
+	}
+	err = c.lv.Upload(ctx, pool, name, bytes.NewReader(b), uint64(len(b)))
+	return libvirt.IsNotFound(err)
+}
+
+// stillOurs reads the claim of vol again and tells whether this process still holds it for
+// owner: before a marker is written, and before a failed upload deletes what it wrote.
+func (c *Cache) stillOurs(ctx context.Context, pool, vol, owner string) (bool, error) {
+	exists, r, invalid, err := c.readRecord(ctx, pool, ClaimName(vol))
+	if err != nil || !exists || invalid != nil {
+		return false, err
+	}
+	return r.State == RecordClaimed && r.Owner.UID == owner && r.Holder == c.holder, nil
+}
