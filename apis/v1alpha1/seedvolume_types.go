@@ -77,9 +77,16 @@ type SeedVolumeParameters struct {
 
 // SeedVolumeObservation is the observed state of a SeedVolume.
 type SeedVolumeObservation struct {
-	// VolumeName is the name of the seed volume in the pool.
+	// VolumeName is the name of the seed volume in the pool that holds the current content,
+	// verified on the host. Every content gets a volume of its own (the name ends with the
+	// first 16 hex digits of its sha256): a changed seed is published as a new volume, and
+	// KVMDomains switch their cdrom to it once it is verified.
 	// +optional
 	VolumeName string `json:"volumeName,omitempty"`
+
+	// RetiredVolumes are volumes of earlier content, removed as soon as no domain uses them.
+	// +optional
+	RetiredVolumes []string `json:"retiredVolumes,omitempty"`
 
 	// Pool holding the volume.
 	// +optional

@@ -301,3 +301,43 @@ func toKiB(v uint, unit string) uint64 {
 		return uint64(v)
 	}
 }
+
+// SeedOf returns the volume the domain's seed cdrom reads (its first cdrom whose source is a
+// pool volume), or nil when it has none.
+func SeedOf(domainXML string) (*Volume, error) {
+	d := &libvirtxml.Domain{}
+	if err := d.Unmarshal(domainXML); err != nil {
+		return nil, errors.Wrap(err, errUnmarshal)
+	}
+	if c := seedDisk(d); c != nil {
+		return &Volume{Pool: c.Source.Volume.Pool, Name: c.Source.Volume.Volume}, nil
+	}
+	return nil, nil
+}
+
+func seedDisk(d *libvirtxml.Domain) *libvirtxml.DomainDisk {
+	if d.Devices == nil {
+		return nil
+	}
+	for i, c := range d.Devices.Disks {
+		if c.Device == "cdrom" && c.Source != nil && c.Source.Volume != nil {
+			return &d.Devices.Disks[i]
+		}
+	}
+	return nil
+}
+
+// SeedDisk returns the <disk> element of the seed cdrom of a domain XML (as Domain builds it),
+// for changing the medium of a running domain; "" when it has none.
+func SeedDisk(domainXML string) (string, error) {
+	d := &libvirtxml.Domain{}
+	if err := d.Unmarshal(domainXML); err != nil {
+		return "", errors.Wrap(err, errUnmarshal)
+	}
+	c := seedDisk(d)
+	if c == nil {
+		return "", nil
+	}
+	x, err := c.Marshal()
+	return x, errors.Wrap(err, errMarshal)
+}

@@ -654,14 +654,18 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 	res, err = c.upload(hctx, pool, vol, src, asked.SHA256, owner, progress)
 	res.Duration = c.now().Sub(start)
 	if err != nil {
-		if cause := context.Cause(hctx); errors.Is(cause, errClaimLost) && ctx.Err() == nil {
-			err = errors.Wrap(cause, err.Error())
-		}
 		// Remove the data volume, then the claim, while the claim is still ours: what cannot
-		// be removed stays claimed by owner, for its next attempt.
+		// be removed stays claimed by owner, for its next attempt. A claim that is not ours any
+		// more guards another process's upload now: nothing of it is touched.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		if mine, _ := c.stillOurs(cctx, pool, vol, owner.UID); mine && c.bestEffortDelete(ctx, pool, vol, MarkerName(vol)) {
-			c.bestEffortDelete(ctx, pool, ClaimName(vol))
+		mine, cerr := c.stillOurs(cctx, pool, vol, owner.UID)
+		switch {
+		case mine:
+			if c.bestEffortDelete(ctx, pool, vol, MarkerName(vol)) {
+				c.bestEffortDelete(ctx, pool, ClaimName(vol))
+			}
+		case cerr == nil && ctx.Err() == nil:
+			err = errors.Wrap(err, errClaimLost.Error())
 		}
 		cancel()
 		release()

@@ -14,6 +14,7 @@ import (
 const (
 	errLookupDomain    = "cannot look up domain %q on %s"
 	errDefineDomain    = "cannot define domain on %s"
+	errChangeMedia     = "cannot change the medium of a cdrom of running domain %q on %s"
 	errStartDomain     = "cannot start domain %q on %s"
 	errShutdownDomain  = "cannot shut down domain %q on %s"
 	errDestroyDomain   = "cannot stop domain %q on %s"
@@ -254,6 +255,16 @@ func (c *Client) SetAutostart(ctx context.Context, name string, on bool) error {
 	}
 	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error { return l.DomainSetAutostart(d, v) })
 	return errors.Wrapf(err, errAutostartDomain, name, c.conn.Address())
+}
+
+// ChangeMedia puts the medium of diskXML (a cdrom <disk> element, matched by its target) into
+// the running domain, ejecting the one it has even if the guest locked the tray. The persistent
+// definition is left as it is.
+func (c *Client) ChangeMedia(ctx context.Context, name, diskXML string) error {
+	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error {
+		return l.DomainUpdateDeviceFlags(d, diskXML, golibvirt.DomainDeviceModifyLive|golibvirt.DomainDeviceModifyForce)
+	})
+	return errors.Wrapf(err, errChangeMedia, name, c.conn.Address())
 }
 
 // Address sources, in the order Observe tries them.

@@ -296,3 +296,11 @@ func (r rpc) StorageVolUpload(vol golibvirt.StorageVol, outStream io.Reader, off
 	}
 	return r.l.StorageVolUpload(vol, outStream, offset, length, flags)
 }
+
+// DomainUpdateDeviceFlags is go-libvirt's DomainUpdateDeviceFlags, counted.
+func (r rpc) DomainUpdateDeviceFlags(dom golibvirt.Domain, xml string, flags golibvirt.DomainDeviceModifyFlags) error {
+	if err := r.send("DomainUpdateDeviceFlags"); err != nil {
+		return err
+	}
+	return r.l.DomainUpdateDeviceFlags(dom, xml, flags)
+}

@@ -119,7 +119,7 @@ func TestParseVolumeXML(t *testing.T) {
 		Path: "/var/lib/provider-kvm-testbed/pool/vm-root.qcow2", Format: "qcow2",
 		CapacityBytes: 1 << 30, AllocationBytes: 200704,
 		BackingStorePath: "/var/lib/provider-kvm-testbed/pool/pkvm-base-0123.img", BackingStoreFormat: "raw",
-		ModifiedAt:       "1796148168.678133546",
+		ModifiedAt: "1796148168.678133546",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseVolumeXML(): -want +got:\n%s", diff)

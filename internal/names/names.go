@@ -20,9 +20,57 @@ func uidPrefix(uid string) string {
 // Domain is the libvirt domain name of a KVMDomain.
 func Domain(namespace, name string) string { return namespace + "_" + name }
 
-// SeedVolume is the storage volume name of a SeedVolume's ISO.
+// SeedVolume is the SeedVolume's stable name on the host (its external name), and the name of
+// its ISO volume in releases that rewrote seeds in place.
 func SeedVolume(namespace, name, uid string) string {
-	return namespace + "_" + name + "-" + uidPrefix(uid) + ".seed.iso"
+	return seedStem(namespace, name, uid) + seedSuffix
+}
+
+const (
+	seedSuffix    = ".seed.iso"
+	seedDigestLen = 16 // hex digits of the ISO's sha256 in a seed volume's name
+)
+
+func seedStem(namespace, name, uid string) string {
+	return namespace + "_" + name + "-" + uidPrefix(uid)
+}
+
+// SeedContent is the storage volume of a SeedVolume's ISO whose sha256 is isoSHA256 (64 hex
+// digits): every content gets a volume of its own, so a changed seed never overwrites the one
+// a guest reads. It returns "" for a digest that is not 64 lowercase hex digits.
+func SeedContent(namespace, name, uid, isoSHA256 string) string {
+	if !isHex(isoSHA256, 64) {
+		return ""
+	}
+	return seedStem(namespace, name, uid) + "-" + isoSHA256[:seedDigestLen] + seedSuffix
+}
+
+// IsSeedVolumeOf tells whether vol is one of the SeedVolume's volumes: SeedContent of some
+// digest, or the SeedVolume name of releases before.
+func IsSeedVolumeOf(vol, namespace, name, uid string) bool {
+	stem := seedStem(namespace, name, uid)
+	if vol == stem+seedSuffix {
+		return true
+	}
+	d, ok := strings.CutPrefix(vol, stem+"-")
+	if !ok {
+		return false
+	}
+	d, ok = strings.CutSuffix(d, seedSuffix)
+	return ok && isHex(d, seedDigestLen)
+}
+
+// isHex is true when s is n lowercase hex digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Overlay is the storage volume name of a KVMDomain's root disk overlay.

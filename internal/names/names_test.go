@@ -1,6 +1,7 @@
 package names
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -29,5 +30,42 @@ func TestNames(t *testing.T) {
 	}
 	if SeedVolume("ns", "n", uid) == SeedVolume("ns", "n", "ffffffff-0000") {
 		t.Error("SeedVolume() does not tell a recreated resource from its predecessor")
+	}
+}
+
+func TestSeedContent(t *testing.T) {
+	uid := "0123abcd-4567-89ef"
+	sum := strings.Repeat("ab", 32)
+	other := strings.Repeat("cd", 32)
+	v := SeedContent("team-a", "web", uid, sum)
+	if want := "team-a_web-0123abcd-abababababababab.seed.iso"; v != want {
+		t.Fatalf("SeedContent() = %q, want %q", v, want)
+	}
+	if SeedContent("team-a", "web", uid, other) == v {
+		t.Error("two contents share a volume")
+	}
+	for _, bad := range []string{"", "abc", strings.Repeat("A", 64), strings.Repeat("g", 64), sum + "0"} {
+		if got := SeedContent("team-a", "web", uid, bad); got != "" {
+			t.Errorf("SeedContent(digest %q) = %q, want \"\"", bad, got)
+		}
+	}
+	cases := map[string]struct {
+		vol  string
+		want bool
+	}{
+		"Content":       {vol: v, want: true},
+		"Legacy":        {vol: SeedVolume("team-a", "web", uid), want: true},
+		"OtherResource": {vol: SeedContent("team-a", "web2", uid, sum), want: false},
+		"OtherNS":       {vol: SeedContent("team-b", "web", uid, sum), want: false},
+		"OtherUID":      {vol: SeedContent("team-a", "web", "ffffffff-0000", sum), want: false},
+		"ShortDigest":   {vol: "team-a_web-0123abcd-abab.seed.iso", want: false},
+		"UpperDigest":   {vol: "team-a_web-0123abcd-ABABABABABABABAB.seed.iso", want: false},
+		"Overlay":       {vol: Overlay("team-a", "web", uid), want: false},
+		"Traversal":     {vol: "../team-a_web-0123abcd.seed.iso", want: false},
+	}
+	for name, tc := range cases {
+		if got := IsSeedVolumeOf(tc.vol, "team-a", "web", uid); got != tc.want {
+			t.Errorf("%s: IsSeedVolumeOf(%q) = %v, want %v", name, tc.vol, got, tc.want)
+		}
 	}
 }

@@ -190,6 +190,49 @@ func (e *external) resize(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt
 	return nil
 }
 
+// switchSeed points the domain's seed cdrom at the SeedVolume's current volume once that is
+// verified (Ready): the definition is redefined (so the next boot reads it, and the ownership
+// mark records the new digest), and a running domain gets the new medium at once, so even a
+// reboot from inside the guest reads it. The volume the guest read before is left to the
+// SeedVolume, which removes it once no domain uses it.
+func (e *external) switchSeed(ctx context.Context, cr *v1alpha1.KVMDomain, d *libvirt.DomainInfo) error {
+	want := e.seedWanted(ctx, cr)
+	running := d.State == libvirt.StateRunning
+	if want == nil || (!seedDiffers(d.InactiveXML, *want) && (!running || !seedDiffers(d.XML, *want))) {
+		return nil
+	}
+	in, err := e.inputs(ctx, cr)
+	if err != nil {
+		return err
+	}
+	// The overlay keeps backing onto the base it was made from: the mark keeps saying so.
+	if o, err := domainxml.OwnerOf(d.InactiveXML); err == nil && o != nil && o.BaseVolume != "" {
+		in.base = in.base.DeepCopy()
+		in.base.Status.AtProvider.VolumeName = o.BaseVolume
+	}
+	x, err := e.spec(cr, in, d.UUID)
+	if err != nil {
+		return err
+	}
+	if seedDiffers(d.InactiveXML, *want) {
+		if err := e.lv.DefineDomain(ctx, x); err != nil {
+			return err
+		}
+		d.InactiveXML = x
+	}
+	if running && seedDiffers(d.XML, *want) {
+		disk, err := domainxml.SeedDisk(x)
+		if err != nil {
+			return err
+		}
+		if err := e.lv.ChangeMedia(ctx, d.Name, disk); err != nil {
+			return err
+		}
+	}
+	e.recorder.Event(cr, event.Normal(reasonSeedSwitched, "The seed cdrom now reads "+want.Name+"; the guest reads it at its next boot"))
+	return nil
+}
+
 func (e *external) Update(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalUpdate, error) {
 	t := e.target(cr)
 	name := t.domain
@@ -208,6 +251,9 @@ func (e *external) Update(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 		return managed.ExternalUpdate{}, err
 	}
 
+	if err := e.switchSeed(ctx, cr, &d); err != nil {
+		return managed.ExternalUpdate{}, err
+	}
 	if err := e.resize(ctx, cr, d); err != nil {
 		return managed.ExternalUpdate{}, err
 	}

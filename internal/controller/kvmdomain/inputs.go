@@ -24,6 +24,18 @@ func seedPool(sv *v1alpha1.SeedVolume, def string) string {
 	return def
 }
 
+// seedOf is the volume of the SeedVolume's current, verified content. Its status names it;
+// the name is used only when it is one of the names the SeedVolume's own namespace, name and
+// UID derive (so a status edited to name another resource's volume is never followed), else
+// the one name of releases before.
+func seedOf(sv *v1alpha1.SeedVolume, defPool string) *domainxml.Volume {
+	v := sv.Status.AtProvider.VolumeName
+	if !names.IsSeedVolumeOf(v, sv.GetNamespace(), sv.GetName(), string(sv.GetUID())) {
+		v = names.SeedVolume(sv.GetNamespace(), sv.GetName(), string(sv.GetUID()))
+	}
+	return &domainxml.Volume{Pool: seedPool(sv, defPool), Name: v}
+}
+
 // inputs are the BaseImage and SeedVolume a domain is built from.
 type inputs struct {
 	base *v1alpha1.BaseImage
@@ -112,8 +124,7 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 		s.Network, s.Bridge = e.defaults.Attachment()
 	}
 	if in.seed != nil {
-		// The seed's volume name is derived from the SeedVolume, never read from its status.
-		s.Seed = &domainxml.Volume{Pool: seedPool(in.seed, e.defaults.Pool), Name: names.SeedVolume(in.seed.GetNamespace(), in.seed.GetName(), string(in.seed.GetUID()))}
+		s.Seed = seedOf(in.seed, e.defaults.Pool)
 		s.Owner.SeedSHA256 = in.seed.Status.AtProvider.ISOSHA256
 	}
 	x, err := domainxml.Domain(s)

@@ -66,6 +66,7 @@ const (
 // Event reasons.
 const (
 	reasonRestartPending event.Reason = "RestartPending"
+	reasonSeedSwitched   event.Reason = "SeedSwitched"
 	reasonInputsChanged  event.Reason = "InputsChanged"
 	reasonForcedOff      event.Reason = "ForcedPowerOff"
 	reasonDiskGrown      event.Reason = "DiskGrown"
@@ -122,6 +123,7 @@ type Host interface {
 	UndefineDomain(ctx context.Context, name string) error
 	ResizeVolume(ctx context.Context, pool, name string, size uint64) error
 	BlockResize(ctx context.Context, name, path string, size uint64) error
+	ChangeMedia(ctx context.Context, name, diskXML string) error
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.TypedExternalClient[*v1alpha1.KVMDomain], error) {

@@ -114,8 +114,8 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 			return managed.ExternalObservation{}, err
 		}
 	}
-	upToDate := upToDate(cr.Spec.ForProvider, d, persistent, grow)
 	running := d.State == libvirt.StateRunning
+	upToDate := upToDate(cr.Spec.ForProvider, d, persistent, grow) && (imported || e.seedCurrent(ctx, cr, d, running))
 	at.RestartPending = running && live != persistent
 
 	e.inputsChanged(ctx, cr, d)
@@ -298,8 +298,40 @@ func (e *external) seedChanged(ctx context.Context, cr *v1alpha1.KVMDomain, o *d
 		seed.Status.AtProvider.ISOSHA256 == "" || seed.Status.AtProvider.ISOSHA256 == o.SeedSHA256 {
 		return ""
 	}
-	return fmt.Sprintf("SeedVolume %s has new content since the domain was defined; the guest reads it at its next boot (cloud-init re-runs per-instance modules only for a new instance-id)",
+	return fmt.Sprintf("SeedVolume %s has new content since the domain was defined; the domain's cdrom is switched to it once it is verified, and the guest reads it at its next boot (cloud-init re-runs per-instance modules only for a new instance-id)",
 		*p.SeedVolumeName)
+}
+
+// seedWanted is the seed volume the domain's cdrom should read: the SeedVolume's current
+// content, once it is Ready; nil when there is no seed or it is not Ready (nothing to switch
+// to yet).
+func (e *external) seedWanted(ctx context.Context, cr *v1alpha1.KVMDomain) *domainxml.Volume {
+	p := cr.Spec.ForProvider
+	if p.SeedVolumeName == nil || *p.SeedVolumeName == "" {
+		return nil
+	}
+	seed := &v1alpha1.SeedVolume{}
+	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.SeedVolumeName}, seed); err != nil ||
+		seed.GetCondition(xpv2.TypeReady).Reason != xpv2.ReasonAvailable || seed.Status.AtProvider.VolumeName == "" {
+		return nil
+	}
+	return seedOf(seed, e.defaults.Pool)
+}
+
+// seedCurrent is false when the domain's seed cdrom reads another volume than the
+// SeedVolume's current one: in its definition, or (running) in the live domain.
+func (e *external) seedCurrent(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt.DomainInfo, running bool) bool {
+	want := e.seedWanted(ctx, cr)
+	if want == nil {
+		return true
+	}
+	return !seedDiffers(d.InactiveXML, *want) && (!running || !seedDiffers(d.XML, *want))
+}
+
+// seedDiffers is true when the domain XML has a seed cdrom reading another volume than want.
+func seedDiffers(x string, want domainxml.Volume) bool {
+	have, err := domainxml.SeedOf(x)
+	return err == nil && have != nil && *have != want
 }
 
 func checkOwner(d libvirt.DomainInfo, cr *v1alpha1.KVMDomain) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/ownership"
 	"github.com/provider-kvm/provider-kvm/internal/testbed"
 	"github.com/provider-kvm/provider-kvm/internal/testenv"
 )
@@ -147,7 +149,28 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 		return nil
 	})
 
-	// An edit of the user-data reaches the volume.
+	// A domain reads the seed (a shut-off definition is enough: libvirt lists its disks).
+	firstVol, firstPath := sv.Status.AtProvider.VolumeName, sv.Status.AtProvider.Path
+	user := "seeds_reader-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	domXML := "<domain type='qemu'><name>" + user + "</name><memory unit='MiB'>64</memory><os><type>hvm</type></os>" +
+		"<devices><disk type='file' device='cdrom'><driver name='qemu' type='raw'/><source file='" + firstPath + "'/>" +
+		"<target dev='sda' bus='scsi'/><readonly/></disk></devices></domain>"
+	if err := lv.DefineDomain(ctx, domXML); err != nil {
+		t.Fatal(err)
+	}
+	undefined := false
+	undefine := func() {
+		if !undefined {
+			undefined = true
+			if err := lv.UndefineDomain(ctx, user); err != nil {
+				t.Errorf("undefine %s: %v", user, err)
+			}
+		}
+	}
+	t.Cleanup(undefine)
+
+	// An edit of the user-data is published as a new volume; the one the domain reads is never
+	// written, and stays until no domain uses it.
 	sec.Data["user-data"] = []byte(userData + "# edited\n")
 	if err := kube.Update(ctx, sec); err != nil {
 		t.Fatal(err)
@@ -155,6 +178,50 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	testenv.Eventually(t, time.Minute, "edited user-data uploaded", ready(oldSHA))
 	if got := string(readISO(t, hostISO())["user-data"]); got != userData+"# edited\n" {
 		t.Errorf("edited user-data on the host: %q", got)
+	}
+	if sv.Status.AtProvider.VolumeName == firstVol {
+		t.Fatalf("the edit was written into %s, the volume a domain reads", firstVol)
+	}
+	if got := sv.Status.AtProvider.RetiredVolumes; len(got) != 1 || got[0] != firstVol {
+		t.Errorf("retired volumes %v, want [%s] (a domain still reads it)", got, firstVol)
+	}
+	var first bytes.Buffer
+	if err := lv.Download(ctx, sv.Status.AtProvider.Pool, firstVol, &first, 0, 0); err != nil {
+		t.Fatalf("the volume a domain reads is gone: %v", err)
+	}
+	if got := string(readISO(t, first.Bytes())["user-data"]); got != userData {
+		t.Errorf("the volume a domain reads was changed: user-data %q", got)
+	}
+	// Once no domain uses it, the next poll removes it and its record.
+	undefine()
+	testenv.Eventually(t, time.Minute, "unused earlier seed removed", func() error {
+		if _, err := os.Stat(firstPath); !os.IsNotExist(err) {
+			return errorf("%s still there (%v)", firstPath, err)
+		}
+		if _, err := lv.Volume(ctx, sv.Status.AtProvider.Pool, ownership.RecordVolume(firstVol)); !libvirt.IsNotFound(err) {
+			return errorf("its ownership record is still there (%v)", err)
+		}
+		return nil
+	})
+
+	// A seed that shrinks (libvirt never shrinks a volume below its allocation) is a new
+	// volume of its own size.
+	sec.Data["user-data"] = []byte("#cloud-config\n" + strings.Repeat("# padding to make the seed large\n", 4096))
+	if err := kube.Update(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "large seed published", ready(sv.Status.AtProvider.ISOSHA256))
+	bigSHA, bigSize := sv.Status.AtProvider.ISOSHA256, sv.Status.AtProvider.SizeBytes
+	sec.Data["user-data"] = []byte("#cloud-config\n")
+	if err := kube.Update(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "shrunk seed published", ready(bigSHA))
+	if sv.Status.AtProvider.SizeBytes >= bigSize {
+		t.Errorf("the shrunk seed is %d bytes, not less than %d", sv.Status.AtProvider.SizeBytes, bigSize)
+	}
+	if got := string(readISO(t, hostISO())["user-data"]); got != "#cloud-config\n" {
+		t.Errorf("shrunk user-data on the host: %q", got)
 	}
 
 	// Secrets never reach events or conditions.

@@ -12,7 +12,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,7 +51,10 @@ const (
 	errDownload     = "cannot read the seed volume back to compare it"
 	errCreate       = "cannot create the seed volume"
 	errUpload       = "cannot upload the seed volume"
-	errResize       = "cannot resize the seed volume"
+	errList         = "cannot list the volumes of the seed's pool"
+	errAlteredInUse = "seed volume %s does not hold the content its name stands for, and it is never rewritten while a domain uses it: stop or delete that KVMDomain"
+	msgPublishing   = "publishing the new content as volume %s; guests keep reading %s until it is verified"
+	msgAltered      = "seed volume %s does not hold its content any more (altered on the host): publishing it again"
 	errDelete       = "cannot delete the seed volume"
 	errUsers        = "cannot check which domains use the seed volume"
 	errInUse        = "seed volume %s is attached to domain %s: delete or change that KVMDomain first"
@@ -60,6 +66,8 @@ const (
 const (
 	reasonUploaded event.Reason = "SeedUploaded"
 	reasonLeft     event.Reason = "VolumeLeftAlone"
+	reasonRetired  event.Reason = "SeedRetired"
+	reasonRetire   event.Reason = "CannotRetireSeed"
 )
 
 // Setup adds the SeedVolume controller; it starts once the SeedVolume CRD is established.
@@ -95,7 +103,7 @@ type Storage interface {
 	Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error
 	Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error
 	DeleteVolume(ctx context.Context, pool, name string) error
-	ResizeVolume(ctx context.Context, pool, name string, size uint64) error
+	VolumeNames(ctx context.Context, pool string) ([]string, error)
 	DomainDisks(ctx context.Context) ([]libvirt.DomainDisk, error)
 }
 
@@ -131,8 +139,9 @@ type external struct {
 
 // target is the volume a SeedVolume manages: its derived name, pool and owner.
 type target struct {
-	name, pool string
-	owner      ownership.Owner
+	name, pool   string
+	ns, res, uid string
+	owner        ownership.Owner
 }
 
 // target derives the volume's name from the resource (never from the user-settable
@@ -140,7 +149,8 @@ type target struct {
 // made, so a changed host default does not orphan it.
 func (e *external) target(cr *v1alpha1.SeedVolume) target {
 	t := target{
-		name:  names.SeedVolume(cr.GetNamespace(), cr.GetName(), string(cr.GetUID())),
+		name: names.SeedVolume(cr.GetNamespace(), cr.GetName(), string(cr.GetUID())),
+		ns:   cr.GetNamespace(), res: cr.GetName(), uid: string(cr.GetUID()),
 		pool:  cr.Spec.ForProvider.Pool,
 		owner: ownership.Owner{Kind: v1alpha1.SeedVolumeKind, UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName()},
 	}
@@ -162,16 +172,21 @@ func checkExternalName(cr *v1alpha1.SeedVolume, t target) error {
 	return nil
 }
 
-func (e *external) verify(ctx context.Context, t target) error {
-	return e.records.Verify(ctx, e.storage, e.host, t.pool, t.name, t.owner)
+func (e *external) verify(ctx context.Context, t target, vol string) error {
+	return e.records.Verify(ctx, e.storage, e.host, t.pool, vol, t.owner)
 }
 
 // verifyFresh reads the ownership record again: before a write or a delete.
-func (e *external) verifyFresh(ctx context.Context, t target) error {
-	return e.records.VerifyFresh(ctx, e.storage, e.host, t.pool, t.name, t.owner)
+func (e *external) verifyFresh(ctx context.Context, t target, vol string) error {
+	return e.records.VerifyFresh(ctx, e.storage, e.host, t.pool, vol, t.owner)
 }
 
-func (e *external) checkKey(t target) string { return e.host + "\x00" + t.pool + "\x00" + t.name }
+func (e *external) checkKey(t target, vol string) string {
+	return e.host + "\x00" + t.pool + "\x00" + vol
+}
+
+// content is the volume of the ISO whose sha256 is sum.
+func (t target) content(sum string) string { return names.SeedContent(t.ns, t.res, t.uid, sum) }
 
 // secretOrInline returns the inline value, or the Secret key's bytes, or nil.
 func (e *external) secretOrInline(ctx context.Context, ns, what string, inline *string, ref *v1alpha1.LocalSecretKeySelector) ([]byte, error) {
@@ -233,74 +248,233 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 	if deleting {
 		return e.observeDeleting(ctx, cr, t)
 	}
-	// One cheap call: the seed's fingerprint (capacity, allocation).
-	fp, err := e.storage.VolumeInfo(ctx, t.pool, t.name)
-	if libvirt.IsNotFound(err) {
-		return managed.ExternalObservation{ResourceExists: false}, nil
-	}
-	if err != nil {
-		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
-	}
-	if err := e.verify(ctx, t); err != nil {
-		return managed.ExternalObservation{}, err
-	}
 	want, err := e.build(ctx, cr)
 	if err != nil {
 		return managed.ExternalObservation{}, err
 	}
-	have, path := e.checks.get(e.checkKey(t), fp)
-	if have == "" {
-		// Not read since it last changed, or read longer ago than the recheck period. Seeds are
-		// small (tens to hundreds of KiB): comparing the bytes on the host with the wanted ISO
-		// catches truncation and corruption as well as edits.
-		vol, err := e.storage.Volume(ctx, t.pool, t.name)
-		if libvirt.IsNotFound(err) {
-			return managed.ExternalObservation{ResourceExists: false}, nil
-		}
-		if err != nil {
-			return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
-		}
-		path = vol.Path
-		if vol.CapacityBytes == uint64(len(want.ISO)) {
-			h := sha256.New()
-			if err := e.storage.Download(ctx, t.pool, t.name, h, 0, vol.CapacityBytes); err != nil {
-				return managed.ExternalObservation{}, errors.Wrap(err, errDownload)
-			}
-			have = hex.EncodeToString(h.Sum(nil))
-			// Keyed by the fingerprint taken before the read: a change since shows as another.
-			e.checks.put(e.checkKey(t), fp, have, path)
-		}
+	vol := t.content(want.SHA256)
+	at := &cr.Status.AtProvider
+	// One cheap call: the fingerprint (capacity, allocation) of the volume of this content.
+	fp, err := e.storage.VolumeInfo(ctx, t.pool, vol)
+	if libvirt.IsNotFound(err) {
+		return e.observeUnpublished(ctx, cr, t, vol)
 	}
-
-	cr.Status.AtProvider.VolumeName = t.name
-	cr.Status.AtProvider.Pool = t.pool
-	cr.Status.AtProvider.Path = path
-	upToDate := have == want.SHA256
-	if upToDate {
-		cr.Status.AtProvider.ISOSHA256 = have
-		cr.Status.AtProvider.SizeBytes = int64(fp.CapacityBytes)
-		cr.SetConditions(xpv2.Available())
-	}
-	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
-}
-
-// observeDeleting reports whether anything of ours is left for Delete: the volume, or the
-// ownership record a create cut short left. A volume that is not ours is never ours to delete:
-// the resource goes, the volume stays.
-func (e *external) observeDeleting(ctx context.Context, cr *v1alpha1.SeedVolume, t target) (managed.ExternalObservation, error) {
-	_, err := e.storage.Volume(ctx, t.pool, t.name)
-	if err != nil && !libvirt.IsNotFound(err) {
+	if err != nil {
 		return managed.ExternalObservation{}, errors.Wrap(err, errLookup)
 	}
-	present := err == nil
-	verr := e.verify(ctx, t)
-	switch {
-	case verr != nil && !ownership.IsNotOwned(verr):
-		return managed.ExternalObservation{}, verr
-	case verr != nil && present:
-		e.recorder.Event(cr, event.Warning(reasonLeft, verr))
+	if err := e.verify(ctx, t, vol); err != nil {
+		return managed.ExternalObservation{}, err
 	}
-	return managed.ExternalObservation{ResourceExists: verr == nil}, nil
+	have, path, err := e.readBack(ctx, t, vol, fp, int64(len(want.ISO)))
+	if err != nil {
+		return managed.ExternalObservation{}, err
+	}
+	if have != want.SHA256 {
+		// A cut upload of the new content, or a volume altered on the host: Update writes it
+		// again, unless a guest reads it. Guests keep the earlier content meanwhile.
+		if at.VolumeName == vol {
+			cr.SetConditions(xpv2.Unavailable().WithMessage(fmt.Sprintf(msgAltered, vol)))
+		} else {
+			cr.SetConditions(xpv2.Creating().WithMessage(fmt.Sprintf(msgPublishing, vol, at.VolumeName)))
+		}
+		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: false}, nil
+	}
+	// Verified: this content is the seed now. What served before is retired.
+	switch {
+	case at.VolumeName == "":
+		// A restart with empty status, or a release before one volume per content: find
+		// the earlier volumes on the host, once.
+		earlier, err := e.volumesOf(ctx, cr, t)
+		if err != nil {
+			return managed.ExternalObservation{}, err
+		}
+		for _, v := range earlier {
+			if v != vol {
+				at.RetiredVolumes = addName(at.RetiredVolumes, v)
+			}
+		}
+	case at.VolumeName != vol:
+		at.RetiredVolumes = addName(at.RetiredVolumes, at.VolumeName)
+	}
+	at.VolumeName, at.Pool, at.Path = vol, t.pool, path
+	at.ISOSHA256, at.SizeBytes = have, int64(fp.CapacityBytes)
+	at.RetiredVolumes = slices.DeleteFunc(at.RetiredVolumes, func(v string) bool { return v == vol })
+	cr.SetConditions(xpv2.Available())
+	e.retire(ctx, cr, t)
+	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, nil
+}
+
+// observeUnpublished observes a SeedVolume whose current content has no volume yet: a new
+// resource (nothing to observe), or an edit whose content Update publishes as a new volume
+// while guests keep reading the earlier one.
+func (e *external) observeUnpublished(ctx context.Context, cr *v1alpha1.SeedVolume, t target, vol string) (managed.ExternalObservation, error) {
+	at := &cr.Status.AtProvider
+	earlier := at.VolumeName
+	if earlier == "" {
+		vols, err := e.volumesOf(ctx, cr, t)
+		if err != nil {
+			return managed.ExternalObservation{}, err
+		}
+		if len(vols) == 0 {
+			return managed.ExternalObservation{ResourceExists: false}, nil
+		}
+		earlier = vols[0]
+	}
+	cr.SetConditions(xpv2.Creating().WithMessage(fmt.Sprintf(msgPublishing, vol, earlier)))
+	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: false}, nil
+}
+
+// readBack returns the sha256 and path of vol, from what was read back before with the same
+// fingerprint, or by reading it (seeds are tens to hundreds of KiB: comparing the bytes on
+// the host with the wanted ISO catches truncation and corruption). A volume of another size
+// than the ISO is not read: its digest is "".
+func (e *external) readBack(ctx context.Context, t target, vol string, fp libvirt.VolumeInfo, size int64) (sha, path string, err error) {
+	if sha, path = e.checks.get(e.checkKey(t, vol), fp); sha != "" {
+		return sha, path, nil
+	}
+	v, err := e.storage.Volume(ctx, t.pool, vol)
+	if err != nil {
+		return "", "", errors.Wrap(err, errLookup)
+	}
+	if v.CapacityBytes != uint64(size) {
+		return "", v.Path, nil
+	}
+	h := sha256.New()
+	if err := e.storage.Download(ctx, t.pool, vol, h, 0, v.CapacityBytes); err != nil {
+		return "", "", errors.Wrap(err, errDownload)
+	}
+	sha = hex.EncodeToString(h.Sum(nil))
+	// Keyed by the fingerprint taken before the read: a change since shows as another.
+	e.checks.put(e.checkKey(t, vol), fp, sha, v.Path)
+	return sha, v.Path, nil
+}
+
+// addName appends v to names unless it is there.
+func addName(names []string, v string) []string {
+	if v == "" || slices.Contains(names, v) {
+		return names
+	}
+	return append(names, v)
+}
+
+// volumesOf lists the volumes on the host that are this SeedVolume's by name (every content's,
+// and the one of releases before), sorted; ownership is checked before any is touched.
+func (e *external) volumesOf(ctx context.Context, cr *v1alpha1.SeedVolume, t target) ([]string, error) {
+	all, err := e.storage.VolumeNames(ctx, t.pool)
+	if err != nil {
+		return nil, errors.Wrap(err, errList)
+	}
+	var out []string
+	for _, n := range all {
+		if names.IsSeedVolumeOf(n, cr.GetNamespace(), cr.GetName(), string(cr.GetUID())) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// retire removes the retired volumes that no domain uses, each after its ownership record
+// was read again; one in use stays listed for the next poll. Failures are events: the seed
+// itself is Ready.
+func (e *external) retire(ctx context.Context, cr *v1alpha1.SeedVolume, t target) {
+	at := &cr.Status.AtProvider
+	if len(at.RetiredVolumes) == 0 {
+		return
+	}
+	disks, err := e.storage.DomainDisks(ctx)
+	if err != nil {
+		e.recorder.Event(cr, event.Warning(reasonRetire, errors.Wrap(err, errUsers)))
+		return
+	}
+	var keep []string
+	for _, v := range at.RetiredVolumes {
+		if !names.IsSeedVolumeOf(v, cr.GetNamespace(), cr.GetName(), string(cr.GetUID())) {
+			continue // not a name of ours: never acted on
+		}
+		if err := e.remove(ctx, t, v, disks); err != nil {
+			if !isInUse(err) {
+				e.recorder.Event(cr, event.Warning(reasonRetire, err))
+			}
+			keep = append(keep, v)
+			continue
+		}
+		e.recorder.Event(cr, event.Normal(reasonRetired, "Removed "+v+", which held earlier content of this seed"))
+	}
+	at.RetiredVolumes = keep
+}
+
+// remove deletes vol and its ownership record, unless a domain's disk uses it; a volume
+// already gone only has its record released. A volume whose record does not name this
+// SeedVolume is left alone (a NotOwnedError).
+func (e *external) remove(ctx context.Context, t target, vol string, disks []libvirt.DomainDisk) error {
+	v, err := e.storage.Volume(ctx, t.pool, vol)
+	if libvirt.IsNotFound(err) {
+		return errors.Wrap(e.records.Release(ctx, e.storage, e.host, t.pool, vol, t.owner), errDelete)
+	}
+	if err != nil {
+		return errors.Wrap(err, errLookup)
+	}
+	e.checks.forget(e.checkKey(t, vol))
+	if err := e.verifyFresh(ctx, t, vol); err != nil {
+		return err
+	}
+	for _, d := range disks {
+		if d.Path == v.Path {
+			return &inUseError{volume: vol, domain: d.Domain}
+		}
+	}
+	if err := e.storage.DeleteVolume(ctx, t.pool, vol); err != nil && !libvirt.IsNotFound(err) {
+		return errors.Wrap(err, errDelete)
+	}
+	return errors.Wrap(e.records.Release(ctx, e.storage, e.host, t.pool, vol, t.owner), errDelete)
+}
+
+// inUseError says that a domain's disk uses a seed volume.
+type inUseError struct{ volume, domain string }
+
+func (e *inUseError) Error() string { return fmt.Sprintf(errInUse, e.volume, e.domain) }
+
+func isInUse(err error) bool {
+	var u *inUseError
+	return errors.As(err, &u)
+}
+
+// observeDeleting reports whether anything of ours is left for Delete: a volume of any content,
+// or the ownership record a create cut short left. A volume that is not ours is never ours to
+// delete: the resource goes, the volume stays.
+func (e *external) observeDeleting(ctx context.Context, cr *v1alpha1.SeedVolume, t target) (managed.ExternalObservation, error) {
+	left, err := e.leftovers(ctx, cr, t)
+	return managed.ExternalObservation{ResourceExists: len(left) > 0}, err
+}
+
+// leftovers are the volumes of this SeedVolume (by name) whose record names it, and the names
+// of volumes whose record is left without them.
+func (e *external) leftovers(ctx context.Context, cr *v1alpha1.SeedVolume, t target) ([]string, error) {
+	all, err := e.storage.VolumeNames(ctx, t.pool)
+	if err != nil {
+		return nil, errors.Wrap(err, errList)
+	}
+	var out []string
+	for _, n := range all {
+		vol := strings.TrimSuffix(n, ownership.Suffix)
+		if !names.IsSeedVolumeOf(vol, cr.GetNamespace(), cr.GetName(), string(cr.GetUID())) || slices.Contains(out, vol) {
+			continue
+		}
+		verr := e.verify(ctx, t, vol)
+		switch {
+		case verr == nil:
+			out = append(out, vol)
+		case ownership.IsNotOwned(verr):
+			if n == vol {
+				e.recorder.Event(cr, event.Warning(reasonLeft, verr))
+			}
+		default:
+			return nil, verr
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 func (e *external) Create(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalCreation, error) {
@@ -313,20 +487,30 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 	if err != nil {
 		return managed.ExternalCreation{}, err
 	}
-	// The ownership record comes first, so the volume never exists without one.
-	if err := e.records.Claim(ctx, e.storage, e.host, t.pool, t.name, t.owner); err != nil {
-		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
-	}
-	xml, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: t.name, Format: "raw", CapacityBytes: uint64(len(s.ISO))})
-	if err != nil {
-		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
-	}
-	if _, err := e.storage.CreateVolume(ctx, t.pool, xml); err != nil && !libvirt.IsExists(err) {
-		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
-	}
-	return managed.ExternalCreation{}, e.upload(ctx, cr, t, s)
+	return managed.ExternalCreation{}, e.publish(ctx, cr, t, s)
 }
 
+// publish writes the seed s into the volume of its content: its ownership record first, so
+// the volume never exists without one, then the volume, then the bytes. The next Observe reads
+// them back and only then makes it the seed guests get.
+func (e *external) publish(ctx context.Context, cr *v1alpha1.SeedVolume, t target, s *seed.Seed) error {
+	vol := t.content(s.SHA256)
+	if err := e.records.Claim(ctx, e.storage, e.host, t.pool, vol, t.owner); err != nil {
+		return errors.Wrap(err, errCreate)
+	}
+	xml, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: vol, Format: "raw", CapacityBytes: uint64(len(s.ISO))})
+	if err != nil {
+		return errors.Wrap(err, errCreate)
+	}
+	if _, err := e.storage.CreateVolume(ctx, t.pool, xml); err != nil && !libvirt.IsExists(err) {
+		return errors.Wrap(err, errCreate)
+	}
+	return e.upload(ctx, cr, t, vol, s)
+}
+
+// Update publishes the content the spec asks for. Its volume is new unless an earlier
+// attempt left it torn: that one is written again, never while a domain uses it (a guest
+// never reads a volume being rewritten, and the volume a guest reads is never rewritten).
 func (e *external) Update(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalUpdate, error) {
 	t := e.target(cr)
 	if err := checkExternalName(cr, t); err != nil {
@@ -336,60 +520,57 @@ func (e *external) Update(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 	if err != nil {
 		return managed.ExternalUpdate{}, err
 	}
-	vol, err := e.storage.Volume(ctx, t.pool, t.name)
+	vol := t.content(s.SHA256)
+	_, err = e.storage.Volume(ctx, t.pool, vol)
+	if libvirt.IsNotFound(err) {
+		return managed.ExternalUpdate{}, e.publish(ctx, cr, t, s)
+	}
 	if err != nil {
 		return managed.ExternalUpdate{}, errors.Wrap(err, errLookup)
 	}
-	if err := e.verifyFresh(ctx, t); err != nil {
+	disks, err := e.storage.DomainDisks(ctx)
+	if err != nil {
+		return managed.ExternalUpdate{}, errors.Wrap(err, errUsers)
+	}
+	// Torn or altered: remove it (refused while a domain uses it), then publish it again.
+	if err := e.remove(ctx, t, vol, disks); err != nil {
+		if isInUse(err) {
+			return managed.ExternalUpdate{}, errors.Wrapf(err, errAlteredInUse, vol)
+		}
 		return managed.ExternalUpdate{}, err
 	}
-	// Rewrite in place: a running guest may hold the cdrom open, so the file is never
-	// deleted under it.
-	if vol.CapacityBytes != uint64(len(s.ISO)) {
-		if err := e.storage.ResizeVolume(ctx, t.pool, t.name, uint64(len(s.ISO))); err != nil {
-			return managed.ExternalUpdate{}, errors.Wrap(err, errResize)
-		}
-	}
-	return managed.ExternalUpdate{}, e.upload(ctx, cr, t, s)
+	return managed.ExternalUpdate{}, e.publish(ctx, cr, t, s)
 }
 
-func (e *external) upload(ctx context.Context, cr *v1alpha1.SeedVolume, t target, s *seed.Seed) error {
+func (e *external) upload(ctx context.Context, cr *v1alpha1.SeedVolume, t target, vol string, s *seed.Seed) error {
 	// Whatever the upload leaves, the next Observe reads it back.
-	e.checks.forget(e.checkKey(t))
-	if err := e.storage.Upload(ctx, t.pool, t.name, bytes.NewReader(s.ISO), uint64(len(s.ISO))); err != nil {
+	e.checks.forget(e.checkKey(t, vol))
+	if err := e.storage.Upload(ctx, t.pool, vol, bytes.NewReader(s.ISO), uint64(len(s.ISO))); err != nil {
 		return errors.Wrap(err, errUpload)
 	}
-	e.recorder.Event(cr, event.Normal(reasonUploaded, "Uploaded seed ISO "+t.name+" (sha256 "+s.SHA256+")"))
+	e.recorder.Event(cr, event.Normal(reasonUploaded, "Uploaded seed ISO "+vol+" (sha256 "+s.SHA256+")"))
 	return nil
 }
 
+// Delete removes every volume of this SeedVolume (each content's) and their records; it is
+// refused while a domain uses any of them.
 func (e *external) Delete(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.ExternalDelete, error) {
 	cr.SetConditions(xpv2.Deleting())
 	t := e.target(cr)
-	vol, err := e.storage.Volume(ctx, t.pool, t.name)
-	if libvirt.IsNotFound(err) {
-		return managed.ExternalDelete{}, errors.Wrap(e.records.Release(ctx, e.storage, e.host, t.pool, t.name, t.owner), errDelete)
-	}
-	if err != nil {
-		return managed.ExternalDelete{}, errors.Wrap(err, errLookup)
-	}
-	e.checks.forget(e.checkKey(t))
-	if err := e.verifyFresh(ctx, t); err != nil {
+	left, err := e.leftovers(ctx, cr, t)
+	if err != nil || len(left) == 0 {
 		return managed.ExternalDelete{}, err
 	}
 	disks, err := e.storage.DomainDisks(ctx)
 	if err != nil {
 		return managed.ExternalDelete{}, errors.Wrap(err, errUsers)
 	}
-	for _, d := range disks {
-		if d.Path == vol.Path {
-			return managed.ExternalDelete{}, errors.Errorf(errInUse, t.name, d.Domain)
+	for _, v := range left {
+		if err := e.remove(ctx, t, v, disks); err != nil {
+			return managed.ExternalDelete{}, err
 		}
 	}
-	if err := e.storage.DeleteVolume(ctx, t.pool, t.name); err != nil && !libvirt.IsNotFound(err) {
-		return managed.ExternalDelete{}, errors.Wrap(err, errDelete)
-	}
-	return managed.ExternalDelete{}, errors.Wrap(e.records.Release(ctx, e.storage, e.host, t.pool, t.name, t.owner), errDelete)
+	return managed.ExternalDelete{}, nil
 }
 
 func (e *external) Disconnect(context.Context) error { return nil }

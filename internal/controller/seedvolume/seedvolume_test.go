@@ -3,11 +3,14 @@ package seedvolume
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,15 +23,17 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
+	"github.com/provider-kvm/provider-kvm/internal/names"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
 )
 
 const (
-	pool    = "default"
-	volName = "ns_vm-0b5e2c4a.seed.iso"
-	uid     = "0b5e2c4a-1111-2222-3333-444455556666"
+	pool = "default"
+	uid  = "0b5e2c4a-1111-2222-3333-444455556666"
+	// legacy is the name of the seed's one volume in releases that rewrote it in place.
+	legacy = "ns_vm-0b5e2c4a.seed.iso"
 	// victim is another namespace's seed volume on the same host.
-	victim = "other_web-9f9f9f9f.seed.iso"
+	victim = "other_web-9f9f9f9f-0123456789abcdef.seed.iso"
 )
 
 var (
@@ -41,7 +46,7 @@ func cr(opts ...func(*v1alpha1.SeedVolume)) *v1alpha1.SeedVolume {
 	ud := "#cloud-config\n"
 	sv := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: uid}}
 	sv.Spec.ForProvider.UserData = &ud
-	meta.SetExternalName(sv, volName)
+	meta.SetExternalName(sv, legacy)
 	for _, o := range opts {
 		o(sv)
 	}
@@ -55,8 +60,19 @@ func externalName(n string) func(*v1alpha1.SeedVolume) {
 func withUserData(u string) func(*v1alpha1.SeedVolume) {
 	return func(sv *v1alpha1.SeedVolume) { sv.Spec.ForProvider.UserData = &u }
 }
+func current(vol string) func(*v1alpha1.SeedVolume) {
+	return func(sv *v1alpha1.SeedVolume) { sv.Status.AtProvider.VolumeName = vol }
+}
+func retired(vols ...string) func(*v1alpha1.SeedVolume) {
+	return func(sv *v1alpha1.SeedVolume) { sv.Status.AtProvider.RetiredVolumes = vols }
+}
 
-// iso is the seed cr asks for.
+// edited is cr with other user-data: other content.
+func edited(opts ...func(*v1alpha1.SeedVolume)) *v1alpha1.SeedVolume {
+	return cr(append([]func(*v1alpha1.SeedVolume){withUserData("#cloud-config\nhostname: x\n")}, opts...)...)
+}
+
+// iso is the seed sv asks for.
 func iso(t *testing.T, sv *v1alpha1.SeedVolume) []byte {
 	t.Helper()
 	s, err := (&external{}).build(context.Background(), sv.DeepCopy())
@@ -64,6 +80,13 @@ func iso(t *testing.T, sv *v1alpha1.SeedVolume) []byte {
 		t.Fatal(err)
 	}
 	return s.ISO
+}
+
+// volOf is the volume of the content sv asks for.
+func volOf(t *testing.T, sv *v1alpha1.SeedVolume) string {
+	t.Helper()
+	sum := sha256.Sum256(iso(t, sv))
+	return names.SeedContent(sv.GetNamespace(), sv.GetName(), string(sv.GetUID()), hex.EncodeToString(sum[:]))
 }
 
 func record(t *testing.T, vol string, o ownership.Owner) []byte {
@@ -75,68 +98,76 @@ func record(t *testing.T, vol string, o ownership.Owner) []byte {
 	return b
 }
 
-// host is a fake host's state: the seed, its record, a victim's seed and record.
+// vol is one volume of a fake host and, unless noRecord, its ownership record naming owner
+// (us when zero).
+type vol struct {
+	data     []byte
+	owner    ownership.Owner
+	noRecord bool
+}
+
+// hostState is a fake host: volumes by name, domain disks, failures.
 type hostState struct {
-	seed, seedRecord, victimSeed []byte
-	disks                        []libvirt.DomainDisk
-	fail                         func(op, pool, name string) error
+	vols  map[string]vol
+	disks []libvirt.DomainDisk
+	fail  func(op, pool, name string) error
 }
 
 func (h hostState) storage(t *testing.T) *fakestorage.Storage {
 	s := fakestorage.New()
-	if h.seed != nil {
-		s.Put(pool, volName, h.seed)
-	}
-	if h.seedRecord != nil {
-		s.Put(pool, ownership.RecordVolume(volName), h.seedRecord)
-	}
-	if h.victimSeed != nil {
-		s.Put(pool, victim, h.victimSeed)
-		s.Put(pool, ownership.RecordVolume(victim), record(t, victim, them))
+	for n, v := range h.vols {
+		if v.data != nil {
+			s.Put(pool, n, v.data)
+		}
+		if !v.noRecord {
+			o := v.owner
+			if o.UID == "" {
+				o = us
+			}
+			s.Put(pool, ownership.RecordVolume(n), record(t, n, o))
+		}
 	}
 	s.Disks = h.disks
 	s.Fail = h.fail
 	return s
 }
 
-// after is what the tests compare: the result and what is left on the host.
+func disk(vol string) libvirt.DomainDisk {
+	return libvirt.DomainDisk{Domain: "ns_vm", Target: "sdb", Device: "cdrom", Path: "/pool/" + pool + "/" + vol}
+}
+
+// after is what the tests compare: the result, the status and what is left on the host.
 type after struct {
 	Exists, UpToDate bool
 	Err              string // a substring of the error, "" for none
-	Seed             string // "want" (the ISO cr asks for), "other" (anything else), "" (absent)
-	Record           string // the UID the record names, "" when absent
-	VictimSeed       string // "untouched", "changed", or "" when absent
+	// Host maps each volume left to a label of its bytes (the label the case gave them,
+	// "other" for anything else) and each record left to the UID it names.
+	Host    map[string]string
+	Current string
+	Retired []string
 }
 
-func observeOf(t *testing.T, s *fakestorage.Storage, want, victimBefore []byte, err error, errSub string) after {
+func summarize(t *testing.T, s *fakestorage.Storage, labels map[string][]byte) map[string]string {
 	t.Helper()
-	a := after{}
-	if err != nil {
-		a.Err = err.Error()
-		if errSub != "" && strings.Contains(a.Err, errSub) {
-			a.Err = errSub
+	out := map[string]string{}
+	for _, n := range s.Names(pool) {
+		b, _ := s.Get(pool, n)
+		if v, ok := strings.CutSuffix(n, ownership.Suffix); ok {
+			r, err := ownership.Decode(b)
+			out[v+" record"] = r.Owner.UID
+			if err != nil {
+				out[v+" record"] = "torn"
+			}
+			continue
+		}
+		out[n] = "other"
+		for l, want := range labels {
+			if bytes.Equal(b, want) {
+				out[n] = l
+			}
 		}
 	}
-	if b, ok := s.Get(pool, volName); ok {
-		a.Seed = "other"
-		if bytes.Equal(b, want) {
-			a.Seed = "want"
-		}
-	}
-	if b, ok := s.Get(pool, ownership.RecordVolume(volName)); ok {
-		if r, err := ownership.Decode(b); err == nil {
-			a.Record = r.Owner.UID
-		} else {
-			a.Record = "torn"
-		}
-	}
-	if b, ok := s.Get(pool, victim); ok {
-		a.VictimSeed = "changed"
-		if bytes.Equal(b, victimBefore) {
-			a.VictimSeed = "untouched"
-		}
-	}
-	return a
+	return out
 }
 
 func newExternal(s *fakestorage.Storage) *external {
@@ -144,124 +175,170 @@ func newExternal(s *fakestorage.Storage) *external {
 		records: ownership.NewRecords(), checks: newChecks(), host: "root@h:22"}
 }
 
-func TestObserve(t *testing.T) {
-	want := iso(t, cr())
-	corrupt := append([]byte{}, want...)
-	corrupt[len(corrupt)-1] ^= 0xff
-	ours := record(t, volName, us)
-	victimISO := []byte("victim's seed")
+// fixture holds the contents the cases use and their volumes.
+type fixture struct {
+	old, new, corrupt, victim []byte
+	oldVol, newVol            string
+	labels                    map[string][]byte
+}
 
+func newFixture(t *testing.T) fixture {
+	f := fixture{old: iso(t, cr()), new: iso(t, edited()), victim: []byte("victim's seed")}
+	f.corrupt = append([]byte{}, f.new...)
+	f.corrupt[len(f.corrupt)-1] ^= 0xff
+	f.oldVol, f.newVol = volOf(t, cr()), volOf(t, edited())
+	f.labels = map[string][]byte{"old": f.old, "new": f.new, "victim": f.victim}
+	return f
+}
+
+func TestObserve(t *testing.T) {
+	f := newFixture(t)
+	victimVol := vol{data: f.victim, owner: them}
 	cases := map[string]opCase{
 		"Absent": {
 			reason: "no volume: it does not exist",
-			cr:     cr(), want: after{},
+			cr:     edited(), want: after{Host: map[string]string{}},
 		},
-		"Identical": {
-			reason: "our volume with the wanted bytes is up to date",
-			cr:     cr(), host: hostState{seed: want, seedRecord: ours},
-			want: after{Exists: true, UpToDate: true, Seed: "want", Record: uid},
+		"Current": {
+			reason: "the volume of the wanted content, read back: up to date, and the seed",
+			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.new}}},
+			want: after{Exists: true, UpToDate: true, Host: map[string]string{f.newVol: "new", f.newVol + " record": uid}, Current: f.newVol},
 		},
-		"SameSizeOtherBytes": {
-			reason: "a corrupted seed of the right size needs an update",
-			cr:     cr(), host: hostState{seed: corrupt, seedRecord: ours},
-			want: after{Exists: true, Seed: "other", Record: uid},
+		"TornNewContent": {
+			reason: "a cut upload of the new content needs an update; the earlier content stays the seed",
+			cr:     edited(current(f.oldVol)), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}, f.newVol: {data: f.new[:4096]}}},
+			want: after{Exists: true, Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid, f.newVol: "other", f.newVol + " record": uid}, Current: f.oldVol},
 		},
-		"Truncated": {
-			reason: "a truncated seed needs an update",
-			cr:     cr(), host: hostState{seed: want[:4096], seedRecord: ours},
-			want: after{Exists: true, Seed: "other", Record: uid},
+		"AlteredOnHost": {
+			reason: "the seed's own volume altered on the host needs an update",
+			cr:     edited(current(f.newVol)), host: hostState{vols: map[string]vol{f.newVol: {data: f.corrupt}}},
+			want: after{Exists: true, Host: map[string]string{f.newVol: "other", f.newVol + " record": uid}, Current: f.newVol},
+		},
+		"EditNotPublishedYet": {
+			reason: "an edit whose content has no volume yet: Update publishes it, the old one serves meanwhile",
+			cr:     edited(current(f.oldVol)), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}}},
+			want: after{Exists: true, Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid}, Current: f.oldVol},
+		},
+		"EditNotPublishedEmptyStatus": {
+			reason: "after a restart with empty status, the earlier volume on the host tells that the seed exists",
+			cr:     edited(), host: hostState{vols: map[string]vol{legacy: {data: f.old}}},
+			want: after{Exists: true, Host: map[string]string{legacy: "old", legacy + " record": uid}},
+		},
+		"EditVerifiedRetiresUnused": {
+			reason: "once the new content is verified it is the seed, and the unused old volume goes with its record",
+			cr:     edited(current(f.oldVol)), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}, f.newVol: {data: f.new}}},
+			want: after{Exists: true, UpToDate: true, Host: map[string]string{f.newVol: "new", f.newVol + " record": uid}, Current: f.newVol},
+		},
+		"EditVerifiedOldInUse": {
+			reason: "an old volume a domain still uses is kept, listed as retired",
+			cr:     edited(current(f.oldVol)), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}, f.newVol: {data: f.new}}, disks: []libvirt.DomainDisk{disk(f.oldVol)}},
+			want: after{Exists: true, UpToDate: true, Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid, f.newVol: "new", f.newVol + " record": uid}, Current: f.newVol, Retired: []string{f.oldVol}},
+		},
+		"RestartFindsEarlierVolumes": {
+			reason: "with empty status, the earlier volumes on the host (the one of releases before too) are retired",
+			cr:     edited(), host: hostState{vols: map[string]vol{legacy: {data: f.old}, f.oldVol: {data: f.old}, f.newVol: {data: f.new}}, disks: []libvirt.DomainDisk{disk(legacy)}},
+			want: after{Exists: true, UpToDate: true, Host: map[string]string{legacy: "old", legacy + " record": uid, f.newVol: "new", f.newVol + " record": uid}, Current: f.newVol, Retired: []string{legacy}},
+		},
+		"RetiredNameNotOurs": {
+			reason: "a retired entry naming another resource's volume (an edited status) is dropped, never acted on",
+			cr:     edited(current(f.newVol), retired(victim)), host: hostState{vols: map[string]vol{f.newVol: {data: f.new}, victim: victimVol}},
+			want: after{Exists: true, UpToDate: true, Host: map[string]string{f.newVol: "new", f.newVol + " record": uid, victim: "victim", victim + " record": them.UID}, Current: f.newVol},
+		},
+		"RetiredWithoutOurRecord": {
+			reason: "a retired volume of our name whose record names another is kept",
+			cr:     edited(current(f.newVol), retired(f.oldVol)), host: hostState{vols: map[string]vol{f.newVol: {data: f.new}, f.oldVol: {data: f.old, owner: them}}},
+			want: after{Exists: true, UpToDate: true, Host: map[string]string{f.newVol: "new", f.newVol + " record": uid, f.oldVol: "old", f.oldVol + " record": them.UID}, Current: f.newVol, Retired: []string{f.oldVol}},
 		},
 		"NoRecord": {
 			reason: "a volume of our name without an ownership record is never taken over",
-			cr:     cr(), host: hostState{seed: want},
+			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.new, noRecord: true}}},
 			errSub: "carries no ownership record",
-			want:   after{Err: "carries no ownership record", Seed: "want"},
+			want:   after{Err: "carries no ownership record", Host: map[string]string{f.newVol: "new"}},
 		},
 		"ForeignRecord": {
 			reason: "a volume whose record names another resource is refused",
-			cr:     cr(), host: hostState{seed: want, seedRecord: record(t, volName, them)},
+			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.new, owner: them}}},
 			errSub: "it belongs to SeedVolume other/web",
-			want:   after{Err: "it belongs to SeedVolume other/web", Seed: "want", Record: them.UID},
+			want:   after{Err: "it belongs to SeedVolume other/web", Host: map[string]string{f.newVol: "new", f.newVol + " record": them.UID}},
 		},
 		"ExternalNameOfAnother": {
 			reason: "an external name pointing at another namespace's seed is refused before any call",
-			cr:     cr(externalName(victim)), host: hostState{victimSeed: victimISO},
+			cr:     cr(externalName(victim)), host: hostState{vols: map[string]vol{victim: victimVol}},
 			errSub: "is not the name of this SeedVolume's volume",
-			want:   after{Err: "is not the name of this SeedVolume's volume", VictimSeed: "untouched"},
+			want:   after{Err: "is not the name of this SeedVolume's volume", Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 		"LookupFails": {
 			reason: "a failed lookup is an error",
-			cr:     cr(), host: hostState{fail: func(op, _, _ string) error { return context.DeadlineExceeded }},
-			errSub: errLookup, want: after{Err: errLookup},
+			cr:     cr(), host: hostState{fail: func(string, string, string) error { return context.DeadlineExceeded }},
+			errSub: errLookup, want: after{Err: errLookup, Host: map[string]string{}},
 		},
 		"DeletingOurs": {
-			reason: "while deleting, our volume exists so that Delete removes it",
-			cr:     cr(deleting), host: hostState{seed: want, seedRecord: ours},
-			want: after{Exists: true, Seed: "want", Record: uid},
+			reason: "while deleting, our volumes exist so that Delete removes them",
+			cr:     cr(deleting), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}}},
+			want: after{Exists: true, Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid}},
 		},
 		"DeletingRecordOnly": {
 			reason: "while deleting, a record left by a cut create still exists",
-			cr:     cr(deleting), host: hostState{seedRecord: ours},
-			want: after{Exists: true, Record: uid},
+			cr:     cr(deleting), host: hostState{vols: map[string]vol{f.oldVol: {}}},
+			want: after{Exists: true, Host: map[string]string{f.oldVol + " record": uid}},
 		},
 		"DeletingForeign": {
 			reason: "while deleting, a volume not ours is reported absent and left alone",
-			cr:     cr(deleting), host: hostState{seed: want},
-			want: after{Seed: "want"},
+			cr:     cr(deleting), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old, noRecord: true}}},
+			want: after{Host: map[string]string{f.oldVol: "old"}},
 		},
 		"DeletingWithForeignExternalName": {
-			reason: "while deleting, a changed external name is ignored: the derived volume goes",
-			cr:     cr(deleting, externalName(victim)), host: hostState{seed: want, seedRecord: ours, victimSeed: victimISO},
-			want: after{Exists: true, Seed: "want", Record: uid, VictimSeed: "untouched"},
+			reason: "while deleting, a changed external name is ignored: the derived volumes go",
+			cr:     cr(deleting, externalName(victim)), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}, victim: victimVol}},
+			want: after{Exists: true, Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid, victim: "victim", victim + " record": them.UID}},
 		},
 	}
-	runCases(t, "Observe", cases, want, victimISO, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
+	runCases(t, "Observe", cases, f.labels, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
 		return e.Observe(context.Background(), cr)
 	})
 }
 
 func TestCreate(t *testing.T) {
-	want := iso(t, cr())
-	victimISO := []byte("victim's seed")
+	f := newFixture(t)
 	cases := map[string]opCase{
 		"Fresh": {
-			reason: "the record, then the volume with the seed",
-			cr:     cr(), want: after{Seed: "want", Record: uid},
+			reason: "the record, then the volume of the content with the seed",
+			cr:     edited(), want: after{Host: map[string]string{f.newVol: "new", f.newVol + " record": uid}},
 		},
 		"RecordLeftByCutCreate": {
 			reason: "a create cut after the record goes on",
-			cr:     cr(), host: hostState{seedRecord: record(t, volName, us)},
-			want: after{Seed: "want", Record: uid},
+			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {}}},
+			want: after{Host: map[string]string{f.newVol: "new", f.newVol + " record": uid}},
 		},
 		"ForeignRecord": {
 			reason: "another's record at our name stops the create",
-			cr:     cr(), host: hostState{seedRecord: record(t, volName, them)},
-			errSub: "it belongs to", want: after{Err: "it belongs to", Record: them.UID},
+			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {owner: them}}},
+			errSub: "it belongs to", want: after{Err: "it belongs to", Host: map[string]string{f.newVol + " record": them.UID}},
 		},
 		"ExternalNameOfAnother": {
 			reason: "an external name of another's volume creates nothing and touches nothing",
-			cr:     cr(externalName(victim)), host: hostState{victimSeed: victimISO},
-			errSub: "is not the name", want: after{Err: "is not the name", VictimSeed: "untouched"},
+			cr:     cr(externalName(victim)), host: hostState{vols: map[string]vol{victim: {data: f.victim, owner: them}}},
+			errSub: "is not the name", want: after{Err: "is not the name", Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 		"CreateFails": {
 			reason: "a failed volume create is an error (the record stays, ours)",
-			cr:     cr(), host: hostState{fail: func(op, _, n string) error {
-				if op == "CreateVolume" && n == volName {
+			cr:     edited(), host: hostState{fail: func(op, _, n string) error {
+				if op == "CreateVolume" && n == f.newVol {
 					return context.DeadlineExceeded
 				}
 				return nil
 			}},
-			errSub: errCreate, want: after{Err: errCreate, Record: uid},
+			errSub: errCreate, want: after{Err: errCreate, Host: map[string]string{f.newVol + " record": uid}},
 		},
 		"UploadFails": {
-			reason: "a failed upload is an error",
-			cr:     cr(), host: hostState{fail: func(op, _, n string) error {
-				if op == "Upload" && n == volName {
+			reason: "a failed upload is an error; the next Observe reads back what it left",
+			cr:     edited(), host: hostState{fail: func(op, _, n string) error {
+				if op == "Upload" && n == f.newVol {
 					return context.DeadlineExceeded
 				}
 				return nil
 			}},
-			errSub: errUpload, want: after{Err: errUpload, Seed: "other", Record: uid},
+			errSub: errUpload, want: after{Err: errUpload, Host: map[string]string{f.newVol: "other", f.newVol + " record": uid}},
 		},
 		"SecretMissing": {
 			reason: "bad input creates nothing on the host",
@@ -269,87 +346,95 @@ func TestCreate(t *testing.T) {
 				sv.Spec.ForProvider.UserData = nil
 				sv.Spec.ForProvider.UserDataSecretRef = &v1alpha1.LocalSecretKeySelector{Name: "s", Key: "k"}
 			}),
-			errSub: "cannot read user-data", want: after{Err: "cannot read user-data"},
+			errSub: "cannot read user-data", want: after{Err: "cannot read user-data", Host: map[string]string{}},
 		},
 	}
-	runCases(t, "Create", cases, want, victimISO, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
+	runCases(t, "Create", cases, f.labels, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
 		_, err := e.Create(context.Background(), cr)
 		return managed.ExternalObservation{}, err
 	})
 }
 
 func TestUpdate(t *testing.T) {
-	newUD := cr(withUserData("#cloud-config\nhostname: x\n"))
-	want := iso(t, newUD)
-	old := iso(t, cr())
-	victimISO := []byte("victim's seed")
+	f := newFixture(t)
+	inUse := []libvirt.DomainDisk{disk(f.oldVol)}
 	cases := map[string]opCase{
-		"Rewrite": {
-			reason: "our volume is rewritten with the new seed",
-			cr:     newUD, host: hostState{seed: old, seedRecord: record(t, volName, us)},
-			want: after{Seed: "want", Record: uid},
+		"NewContentNewVolume": {
+			reason: "an edit is published as a new volume; the one a guest reads is never written",
+			cr:     edited(current(f.oldVol)), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}}, disks: inUse},
+			want: after{Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid, f.newVol: "new", f.newVol + " record": uid}, Current: f.oldVol},
 		},
-		"NoRecord": {
-			reason: "a volume without our record is never rewritten",
-			cr:     newUD, host: hostState{seed: old},
-			errSub: "carries no ownership record", want: after{Err: "carries no ownership record", Seed: "other"},
+		"ShrinkingSeed": {
+			reason: "a seed that shrinks is a new volume of its own size, not a shrink of the old",
+			cr:     cr(current(f.newVol)), host: hostState{vols: map[string]vol{f.newVol: {data: f.new}}},
+			want: after{Host: map[string]string{f.newVol: "new", f.newVol + " record": uid, f.oldVol: "old", f.oldVol + " record": uid}, Current: f.newVol},
+		},
+		"TornNewVolume": {
+			reason: "a torn volume of the new content that no domain uses is written again",
+			cr:     edited(current(f.oldVol)), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}, f.newVol: {data: f.new[:100]}}, disks: inUse},
+			want: after{Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid, f.newVol: "new", f.newVol + " record": uid}, Current: f.oldVol},
+		},
+		"AlteredInUse": {
+			reason: "a volume a domain uses is never rewritten, even when it does not hold its content",
+			cr:     edited(current(f.newVol)), host: hostState{vols: map[string]vol{f.newVol: {data: f.corrupt}}, disks: []libvirt.DomainDisk{disk(f.newVol)}},
+			errSub: "never rewritten while a domain uses it", want: after{Err: "never rewritten while a domain uses it", Host: map[string]string{f.newVol: "other", f.newVol + " record": uid}, Current: f.newVol},
+		},
+		"TornWithoutOurRecord": {
+			reason: "a volume of the new content's name without our record is never rewritten",
+			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.corrupt, noRecord: true}}},
+			errSub: "carries no ownership record", want: after{Err: "carries no ownership record", Host: map[string]string{f.newVol: "other"}},
 		},
 		"ExternalNameOfAnother": {
-			reason: "an external name of another's volume rewrites nothing",
-			cr:     cr(withUserData("#cloud-config\nhostname: pwned\n"), externalName(victim)), host: hostState{seed: old, seedRecord: record(t, volName, us), victimSeed: victimISO},
-			errSub: "is not the name", want: after{Err: "is not the name", Seed: "other", Record: uid, VictimSeed: "untouched"},
-		},
-		"Gone": {
-			reason: "a volume gone since Observe is an error",
-			cr:     newUD, errSub: errLookup, want: after{Err: errLookup},
+			reason: "an external name of another's volume writes nothing",
+			cr:     edited(externalName(victim)), host: hostState{vols: map[string]vol{victim: {data: f.victim, owner: them}}},
+			errSub: "is not the name", want: after{Err: "is not the name", Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 	}
-	runCases(t, "Update", cases, want, victimISO, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
+	runCases(t, "Update", cases, f.labels, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
 		_, err := e.Update(context.Background(), cr)
 		return managed.ExternalObservation{}, err
 	})
 }
 
 func TestDelete(t *testing.T) {
-	want := iso(t, cr())
-	victimISO := []byte("victim's seed")
-	ours := record(t, volName, us)
+	f := newFixture(t)
 	cases := map[string]opCase{
-		"Ours": {
-			reason: "our unused volume and its record go",
-			cr:     cr(deleting), host: hostState{seed: want, seedRecord: ours}, want: after{},
+		"EveryContent": {
+			reason: "every volume of the seed (each content's, the one of releases before) goes with its record",
+			cr:     cr(deleting), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}, f.newVol: {data: f.new}, legacy: {data: f.old}}},
+			want: after{Host: map[string]string{}},
 		},
 		"Attached": {
 			reason: "a volume a domain uses is never deleted",
-			cr:     cr(deleting), host: hostState{seed: want, seedRecord: ours, disks: []libvirt.DomainDisk{{Domain: "ns_vm", Target: "sda", Path: "/pool/default/" + volName}}},
-			errSub: "attached to domain ns_vm", want: after{Err: "attached to domain ns_vm", Seed: "want", Record: uid},
+			cr:     cr(deleting), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}}, disks: []libvirt.DomainDisk{disk(f.oldVol)}},
+			errSub: "attached to domain ns_vm", want: after{Err: "attached to domain ns_vm", Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid}},
 		},
 		"RecordOnly": {
 			reason: "a record without its volume goes",
-			cr:     cr(deleting), host: hostState{seedRecord: ours}, want: after{},
+			cr:     cr(deleting), host: hostState{vols: map[string]vol{f.oldVol: {}}}, want: after{Host: map[string]string{}},
 		},
 		"NoRecord": {
-			reason: "a volume without our record is never deleted",
-			cr:     cr(deleting), host: hostState{seed: want},
-			errSub: "carries no ownership record", want: after{Err: "carries no ownership record", Seed: "want"},
+			reason: "a volume without our record is never deleted: the resource goes, the volume stays",
+			cr:     cr(deleting), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old, noRecord: true}}},
+			want: after{Host: map[string]string{f.oldVol: "old"}},
 		},
 		"ExternalNameOfAnother": {
-			reason: "the derived volume goes, never the one the external name names",
-			cr:     cr(deleting, externalName(victim)), host: hostState{seed: want, seedRecord: ours, victimSeed: victimISO},
-			want: after{VictimSeed: "untouched"},
+			reason: "the derived volumes go, never the one the external name names",
+			cr:     cr(deleting, externalName(victim)), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}, victim: {data: f.victim, owner: them}}},
+			want: after{Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 		"DisksFail": {
 			reason: "when the users cannot be listed nothing is deleted",
-			cr:     cr(deleting), host: hostState{seed: want, seedRecord: ours, fail: func(op, _, _ string) error {
+			cr:     cr(deleting), host: hostState{vols: map[string]vol{f.oldVol: {data: f.old}}, fail: func(op, _, _ string) error {
 				if op == "DomainDisks" {
 					return context.DeadlineExceeded
 				}
 				return nil
 			}},
-			errSub: errUsers, want: after{Err: errUsers, Seed: "want", Record: uid},
+			errSub: errUsers, want: after{Err: errUsers, Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid}},
 		},
 	}
-	runCases(t, "Delete", cases, want, victimISO, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
+	runCases(t, "Delete", cases, f.labels, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
 		_, err := e.Delete(context.Background(), cr)
 		return managed.ExternalObservation{}, err
 	})
@@ -364,9 +449,9 @@ type opCase struct {
 	want   after
 }
 
-// runCases runs call on a fresh fake host for each case and compares the result and what is
-// left on the host with the case's want.
-func runCases(t *testing.T, op string, cases map[string]opCase, wantISO, victimISO []byte,
+// runCases runs call on a fresh fake host for each case and compares the result, the status
+// and what is left on the host with the case's want.
+func runCases(t *testing.T, op string, cases map[string]opCase, labels map[string][]byte,
 	call func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error)) {
 	t.Helper()
 	for name, tc := range cases {
@@ -374,11 +459,18 @@ func runCases(t *testing.T, op string, cases map[string]opCase, wantISO, victimI
 			s := tc.host.storage(t)
 			e := newExternal(s)
 			e.kube = noSecrets{}
-			o, err := call(e, tc.cr)
+			sv := tc.cr.DeepCopy()
+			o, err := call(e, sv)
 			s.Fail = nil
-			got := observeOf(t, s, wantISO, victimISO, err, tc.errSub)
-			got.Exists, got.UpToDate = o.ResourceExists, o.ResourceUpToDate
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			got := after{Exists: o.ResourceExists, UpToDate: o.ResourceUpToDate, Host: summarize(t, s, labels),
+				Current: sv.Status.AtProvider.VolumeName, Retired: sv.Status.AtProvider.RetiredVolumes}
+			if err != nil {
+				got.Err = err.Error()
+				if tc.errSub != "" && strings.Contains(got.Err, tc.errSub) {
+					got.Err = tc.errSub
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("%s\n%s(): -want, +got:\n%s\nerr: %v", tc.reason, op, diff, err)
 			}
 		})
@@ -414,7 +506,7 @@ func TestObserveFingerprint(t *testing.T) {
 		},
 		"Truncated": {
 			reason: "a truncated seed is seen at once",
-			change: func(s *fakestorage.Storage, _ *external, good []byte) { s.Put(pool, volName, good[:4096]) },
+			change: func(s *fakestorage.Storage, _ *external, good []byte) { s.Put(pool, volOf(t, cr()), good[:4096]) },
 			want:   want{UpToDate: false, Calls: 3},
 		},
 		"AlteredSameSize": {
@@ -422,7 +514,7 @@ func TestObserveFingerprint(t *testing.T) {
 			change: func(s *fakestorage.Storage, _ *external, good []byte) {
 				bad := append([]byte{}, good...)
 				bad[len(bad)-1] ^= 0xff
-				s.Put(pool, volName, bad)
+				s.Put(pool, volOf(t, cr()), bad)
 			},
 			want: want{UpToDate: true, Calls: 2},
 		},
@@ -431,7 +523,7 @@ func TestObserveFingerprint(t *testing.T) {
 			change: func(s *fakestorage.Storage, e *external, good []byte) {
 				bad := append([]byte{}, good...)
 				bad[len(bad)-1] ^= 0xff
-				s.Put(pool, volName, bad)
+				s.Put(pool, volOf(t, cr()), bad)
 				later := time.Now().Add(2 * DefaultRecheck)
 				e.checks.now = func() time.Time { return later }
 			},
@@ -441,7 +533,7 @@ func TestObserveFingerprint(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			good := iso(t, cr())
-			s := hostState{seed: good, seedRecord: record(t, volName, us)}.storage(t)
+			s := hostState{vols: map[string]vol{volOf(t, cr()): {data: good}}}.storage(t)
 			e := newExternal(s)
 			if o, err := e.Observe(context.Background(), cr()); err != nil || !o.ResourceUpToDate {
 				t.Fatalf("first Observe: %+v, %v", o, err)

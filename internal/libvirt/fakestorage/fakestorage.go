@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"slices"
 	"sync"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
@@ -241,4 +242,21 @@ func (s *Storage) DomainDisks(context.Context) ([]libvirt.DomainDisk, error) {
 		return nil, err
 	}
 	return append([]libvirt.DomainDisk(nil), s.Disks...), nil
+}
+
+// VolumeNames lists the volumes of pool, sorted.
+func (s *Storage) VolumeNames(_ context.Context, pool string) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("VolumeNames", pool, ""); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, v := range s.vols {
+		if v.info.Pool == pool {
+			out = append(out, v.info.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
