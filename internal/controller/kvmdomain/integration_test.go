@@ -166,26 +166,46 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		}
 	}
 
-	t.Run("ChangedSeedIsReported", func(t *testing.T) {
+	t.Run("ChangedSeedIsSwitchedTo", func(t *testing.T) {
 		seed := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}}
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(seed), seed); err != nil {
 			t.Fatal(err)
 		}
+		oldVol := seed.Status.AtProvider.VolumeName
 		seed.Spec.ForProvider.UserData = ptr(squidUserData + "# edited\n")
 		if err := kube.Update(ctx, seed); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 2*time.Minute, "changed seed reported on the KVMDomain", func() error {
-			if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+		// The new content is a new volume; once it is verified the running domain reads it
+		// (its definition and its live medium), and the old volume goes once nothing uses it.
+		var newVol string
+		testenv.Eventually(t, 2*time.Minute, "running domain switched to the new seed", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(seed), seed); err != nil {
 				return err
 			}
-			for _, c := range vm.Status.AtProvider.InputsChanged {
-				if strings.Contains(c, "SeedVolume proxy-1 has new content") {
-					return nil
+			newVol = seed.Status.AtProvider.VolumeName
+			if newVol == oldVol || seed.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue {
+				return fmt.Errorf("seed volume %s, Ready=%s", newVol, seed.GetCondition(xpv2.TypeReady).Status)
+			}
+			for _, x := range []string{virsh(t, "dumpxml", name), virsh(t, "dumpxml", "--inactive", name)} {
+				if !strings.Contains(x, "volume='"+newVol+"'") {
+					return fmt.Errorf("the domain's cdrom does not read %s yet", newVol)
 				}
 			}
-			return fmt.Errorf("inputsChanged %v", vm.Status.AtProvider.InputsChanged)
+			return nil
 		})
+		testenv.Eventually(t, 2*time.Minute, "old seed volume removed", func() error {
+			if _, err := lv.Volume(ctx, tb.Pool, oldVol); !libvirt.IsNotFound(err) {
+				return fmt.Errorf("%s still there (%v)", oldVol, err)
+			}
+			return nil
+		})
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+			t.Fatal(err)
+		}
+		if vm.Status.AtProvider.State != "Running" {
+			t.Errorf("the guest is %s after its seed was switched, want Running", vm.Status.AtProvider.State)
+		}
 	})
 
 	t.Run("UndefinedOutOfBandIsRecreated", func(t *testing.T) {

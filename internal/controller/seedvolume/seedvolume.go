@@ -79,7 +79,9 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 		List:      &v1alpha1.SeedVolumeList{},
 		// A seed's deletion is held while a domain uses it: go on when that KVMDomain is gone.
 		Watches: []source.TypedSource[reconcile.Request]{setup.WhenDomainGone(mgr.GetCache(),
-			func(d *v1alpha1.KVMDomain) *string { return d.Spec.ForProvider.SeedVolumeName })},
+			func(d *v1alpha1.KVMDomain) *string { return d.Spec.ForProvider.SeedVolumeName }),
+			// An earlier content is removed as soon as the KVMDomains using it switched.
+			whenDomainMayHaveSwitched(mgr.GetCache())},
 		ExternalName: func(mg resource.Managed) string {
 			return names.SeedVolume(mg.GetNamespace(), mg.GetName(), string(mg.GetUID()))
 		},
