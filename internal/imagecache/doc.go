@@ -35,16 +35,25 @@
 //     written first, before anything else of a publish.
 //   - NAME.claim, state "claimed": created (libvirt's create is exclusive)
 //     BEFORE the data volume and deleted after publishing. It names the
-//     BaseImage uploading it. While that BaseImage's owner record exists, any other
-//     BaseImage asking for the image waits for the upload instead of touching the file
-//     (libvirt lets a volume be deleted during its upload); once it is gone (deleted, or
-//     stale), the claim and what it guards are debris the next Publish cleans.
+//     BaseImage uploading it and the provider process holding it (Record.Holder), which
+//     rewrites it with the same bytes every claimRenew while the upload runs: its mtime is
+//     the lease. Anyone else (another BaseImage, or another process reconciling the same
+//     BaseImage) waits for a claim whose mtime moved within claimStale of its own clock, and
+//     never deletes it (libvirt lets a volume be deleted during its upload); a stale claim
+//     and what it guards are debris the next Publish cleans. The holder checks that the claim
+//     is still its own before it writes the marker and before it deletes what a failed upload
+//     left. Where the pool reports no timestamps, a claim is waited for while the BaseImage it
+//     names has an owner record.
 //   - NAME.meta, state "published": created only AFTER all bytes were
 //     uploaded, the digest verified and the pool refreshed. It records the
 //     publisher, source URL, digest, verified flag, format, file size and virtual
 //     size, so a restarted provider with empty status knows what is on the
 //     host without re-hashing anything. A BaseImage attaches to a published volume only
 //     when the marker's digest and format are exactly the ones it asks for.
+//
+// Before the marker is written, sampled 1 MiB blocks of the stored volume (the first, those at
+// power-of-two indexes, the last) are read back and compared with the digests taken while they
+// were streamed: the marker certifies what the host stored.
 //
 // A data volume is Published only when NAME.meta holds a valid published
 // Record for NAME and the file's size equals the recorded size. Anything else
