@@ -195,8 +195,8 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 			return nil
 		})
 		testenv.Eventually(t, 2*time.Minute, "old seed volume removed", func() error {
-			if _, err := lv.Volume(ctx, tb.Pool, oldVol); !libvirt.IsNotFound(err) {
-				return fmt.Errorf("%s still there (%v)", oldVol, err)
+			if exists(t, "vol-info", "--pool", tb.Pool, oldVol) {
+				return fmt.Errorf("%s still there", oldVol)
 			}
 			return nil
 		})
