@@ -157,9 +157,7 @@ func (s *imageStream) produce() {
 		}
 		if n > 0 {
 			_, _ = s.hash.Write(buf[:n])
-			if idx := s.n / chunkSize; sampledBlock(idx) || n < chunkSize || (s.total > 0 && s.n+int64(n) == s.total) {
-				s.samples = append(s.samples, blockSample{Offset: s.n, Len: n, Sum: sha256.Sum256(buf[:n])})
-			}
+			s.sample(buf[:n])
 			s.n += int64(n)
 			st.pause()
 			select {
@@ -176,6 +174,14 @@ func (s *imageStream) produce() {
 			s.fail(err)
 			return
 		}
+	}
+}
+
+// sample keeps the digest of block b (read at offset s.n) when it is one to read back.
+func (s *imageStream) sample(b []byte) {
+	n := len(b)
+	if sampledBlock(s.n/chunkSize) || n < chunkSize || (s.total > 0 && s.n+int64(n) == s.total) {
+		s.samples = append(s.samples, blockSample{Offset: s.n, Len: n, Sum: sha256.Sum256(b)})
 	}
 }
 

@@ -197,30 +197,24 @@ func (e *external) resize(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt
 // SeedVolume, which removes it once no domain uses it.
 func (e *external) switchSeed(ctx context.Context, cr *v1alpha1.KVMDomain, d *libvirt.DomainInfo) error {
 	want := e.seedWanted(ctx, cr)
-	running := d.State == libvirt.StateRunning
-	if want == nil || (!seedDiffers(d.InactiveXML, *want) && (!running || !seedDiffers(d.XML, *want))) {
+	if want == nil {
 		return nil
 	}
-	in, err := e.inputs(ctx, cr)
+	def, live := seedSwitches(*d, *want, d.State == libvirt.StateRunning)
+	if !def && !live {
+		return nil
+	}
+	x, err := e.respec(ctx, cr, *d)
 	if err != nil {
 		return err
 	}
-	// The overlay keeps backing onto the base it was made from: the mark keeps saying so.
-	if o, err := domainxml.OwnerOf(d.InactiveXML); err == nil && o != nil && o.BaseVolume != "" {
-		in.base = in.base.DeepCopy()
-		in.base.Status.AtProvider.VolumeName = o.BaseVolume
-	}
-	x, err := e.spec(cr, in, d.UUID)
-	if err != nil {
-		return err
-	}
-	if seedDiffers(d.InactiveXML, *want) {
+	if def {
 		if err := e.lv.DefineDomain(ctx, x); err != nil {
 			return err
 		}
 		d.InactiveXML = x
 	}
-	if running && seedDiffers(d.XML, *want) {
+	if live {
 		disk, err := domainxml.SeedDisk(x)
 		if err != nil {
 			return err
@@ -231,6 +225,20 @@ func (e *external) switchSeed(ctx context.Context, cr *v1alpha1.KVMDomain, d *li
 	}
 	e.recorder.Event(cr, event.Normal(reasonSeedSwitched, "The seed cdrom now reads "+want.Name+"; the guest reads it at its next boot"))
 	return nil
+}
+
+// respec builds the definition of an existing domain d again from cr and its inputs. The
+// overlay keeps backing onto the base it was made from: the ownership mark keeps saying so.
+func (e *external) respec(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt.DomainInfo) (string, error) {
+	in, err := e.inputs(ctx, cr)
+	if err != nil {
+		return "", err
+	}
+	if o, err := domainxml.OwnerOf(d.InactiveXML); err == nil && o != nil && o.BaseVolume != "" {
+		in.base = in.base.DeepCopy()
+		in.base.Status.AtProvider.VolumeName = o.BaseVolume
+	}
+	return e.spec(cr, in, d.UUID)
 }
 
 func (e *external) Update(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalUpdate, error) {

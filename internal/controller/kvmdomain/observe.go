@@ -115,7 +115,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 		}
 	}
 	running := d.State == libvirt.StateRunning
-	upToDate := upToDate(cr.Spec.ForProvider, d, persistent, grow) && (imported || e.seedCurrent(ctx, cr, d, running))
+	upToDate := upToDate(cr.Spec.ForProvider, d, persistent, grow) && e.seedCurrent(ctx, cr, d, running, imported)
 	at.RestartPending = running && live != persistent
 
 	e.inputsChanged(ctx, cr, d)
@@ -319,13 +319,23 @@ func (e *external) seedWanted(ctx context.Context, cr *v1alpha1.KVMDomain) *doma
 }
 
 // seedCurrent is false when the domain's seed cdrom reads another volume than the
-// SeedVolume's current one: in its definition, or (running) in the live domain.
-func (e *external) seedCurrent(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt.DomainInfo, running bool) bool {
+// SeedVolume's current one: in its definition, or (running) in the live domain. An imported
+// domain's seed is not ours to change.
+func (e *external) seedCurrent(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt.DomainInfo, running, imported bool) bool {
+	if imported {
+		return true
+	}
 	want := e.seedWanted(ctx, cr)
 	if want == nil {
 		return true
 	}
-	return !seedDiffers(d.InactiveXML, *want) && (!running || !seedDiffers(d.XML, *want))
+	def, live := seedSwitches(d, *want, running)
+	return !def && !live
+}
+
+// seedSwitches tells whether the definition and the live medium of d must switch to want.
+func seedSwitches(d libvirt.DomainInfo, want domainxml.Volume, running bool) (def, live bool) {
+	return seedDiffers(d.InactiveXML, want), running && seedDiffers(d.XML, want)
 }
 
 // seedDiffers is true when the domain XML has a seed cdrom reading another volume than want.

@@ -281,7 +281,13 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 		}
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: false}, nil
 	}
-	// Verified: this content is the seed now. What served before is retired.
+	return e.observeVerified(ctx, cr, t, vol, have, path, fp)
+}
+
+// observeVerified makes vol, read back and found to hold the wanted content, the seed; what
+// served before is retired.
+func (e *external) observeVerified(ctx context.Context, cr *v1alpha1.SeedVolume, t target, vol, have, path string, fp libvirt.VolumeInfo) (managed.ExternalObservation, error) {
+	at := &cr.Status.AtProvider
 	switch {
 	case at.VolumeName == "":
 		// A restart with empty status, or a release before one volume per content: find
