@@ -108,11 +108,9 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	if err != nil {
 		return managed.ExternalObservation{}, err
 	}
-	var grow uint64
-	if !imported {
-		if grow, err = e.diskToGrow(ctx, cr, t); err != nil {
-			return managed.ExternalObservation{}, err
-		}
+	grow, err := e.growOf(ctx, cr, t, imported)
+	if err != nil {
+		return managed.ExternalObservation{}, err
 	}
 	running := d.State == libvirt.StateRunning
 	upToDate := upToDate(cr.Spec.ForProvider, d, persistent, grow) && e.seedCurrent(ctx, cr, d, running, imported)
@@ -128,6 +126,14 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
 		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
 	}}, nil
+}
+
+// growOf is how many bytes the root disk must grow by; an imported domain's disk is not ours.
+func (e *external) growOf(ctx context.Context, cr *v1alpha1.KVMDomain, t target, imported bool) (uint64, error) {
+	if imported {
+		return 0, nil
+	}
+	return e.diskToGrow(ctx, cr, t)
 }
 
 // sizes returns the vcpu and memory of d's persistent and live definitions.
