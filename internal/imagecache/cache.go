@@ -282,6 +282,9 @@ func (c *Cache) classify(ctx context.Context, pool, volume, ownerUID string, che
 			}
 			img.ClaimModified = cv.ModifiedAt
 		}
+		if !img.HasClaim && !cheap {
+			claims.forget(c.memoKey(pool, ClaimName(volume))) // nothing to judge any more
+		}
 	}
 	switch {
 	case img.Marker != nil && img.Marker.Owner.UID != "":
