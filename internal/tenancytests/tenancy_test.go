@@ -166,7 +166,10 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(aSeed), aSeed); err != nil {
 		t.Fatal(err)
 	}
-	aSeedVol := names.SeedVolume(teamA, "seed", string(aSeed.GetUID()))
+	aSeedVol := aSeed.Status.AtProvider.VolumeName
+	if !names.IsSeedVolumeOf(aSeedVol, teamA, "seed", string(aSeed.GetUID())) {
+		t.Fatalf("team-a's seed reports volume %q, not one of its own names", aSeedVol)
+	}
 	aOverlay := names.Overlay(teamA, "vm", string(aVM.GetUID()))
 	aDomain := names.Domain(teamA, "vm")
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(aBase), aBase); err != nil {
