@@ -274,6 +274,7 @@ cat >"$NODE_DIR/kube-proxy.yaml" <<-YAML
 	# leave the machine's conntrack settings alone
 	conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 	iptables: {localhostNodePorts: false}
+	nodePortAddresses: [primary]
 YAML
 if ! alive kube-proxy; then
 	start kube-proxy "$BIN/kube-proxy" --config="$NODE_DIR/kube-proxy.yaml"
