@@ -15,11 +15,12 @@ HERE=$(dirname "$(readlink -f "$0")")
 # the pods' processes: every PID in the cgroups under $CGROUP_PARENT
 cgroup_pids() { find /sys/fs/cgroup/*/"$CGROUP_PARENT" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u; }
 # the processes in the node's mount namespace (containerd, shims, the holder, what ran in it)
+MNT_NS= # its inode, read while the holder runs
 ns_pids() {
-	local want p
-	want=$(stat -Lc %i "/proc/$(pid_of holder)/ns/mnt") || return 0
+	local p
+	[[ -n $MNT_NS ]] || return 0
 	for p in /proc/[0-9]*; do
-		[[ $(stat -Lc %i "$p/ns/mnt" 2>/dev/null) == "$want" ]] && echo "${p#/proc/}"
+		[[ $(stat -Lc %i "$p/ns/mnt" 2>/dev/null) == "$MNT_NS" ]] && echo "${p#/proc/}"
 	done
 }
 kill_all() { # kill_all LIST-FUNCTION WHAT: TERM, then KILL after 10 s
@@ -40,16 +41,23 @@ kill_all() { # kill_all LIST-FUNCTION WHAT: TERM, then KILL after 10 s
 for p in kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd registry; do stop_one "$p"; done
 kill_all cgroup_pids pod
 if holder_ok; then
-	# kube-proxy's rules and chains, and those of the CNI bridge plugin (ipMasq), in netns node
-	in_node "$BIN/kube-proxy" --cleanup --v=0 >>"$LOGS/kube-proxy-cleanup.log" 2>&1 || true
-	# (iptables -S quotes the CNI rules' comments: eval reads them back as iptables wrote them)
-	nipt() { nsenter --net="/run/netns/$NETNS" iptables -t nat "$@"; }
-	nipt -S | awk '/^-A .*-j CNI-/ {sub(/^-A /, ""); print}' | while read -r rule; do eval "nipt -D $rule" || true; done
-	nipt -S | awk '/^-N CNI-/ {print $2}' | while read -r c; do nipt -F "$c" || true; nipt -X "$c" || true; done
+	MNT_NS=$(stat -Lc %i "/proc/$(pid_of holder)/ns/mnt")
 	stop_one containerd
 	kill_all ns_pids node-namespace
 fi
 rm -f "$PIDS/holder.pid" "$NODE_DIR/ns.ready"
+# The iptables rules and chains of kube-proxy (KUBE-*), the kubelet (KUBE-FIREWALL, canaries)
+# and the CNI bridge plugin (CNI-*, ipMasq) in netns node, where nothing else has any.
+# (iptables -S quotes rules' comments: eval reads them back as iptables wrote them.)
+for ipt in iptables ip6tables; do
+	for t in filter nat mangle; do
+		nipt() { nsenter --net="/run/netns/$NETNS" "$ipt" -w -t "$t" "$@"; }
+		nipt -S 2>/dev/null | awk '/^-A .* -j (KUBE-|CNI-)/ {sub(/^-A /, ""); print}' |
+			while read -r rule; do eval "nipt -D $rule" || true; done
+		nipt -S 2>/dev/null | awk '/^-N (KUBE-|CNI-)/ {print $2}' | while read -r c; do nipt -F "$c" || true; done
+		nipt -S 2>/dev/null | awk '/^-N (KUBE-|CNI-)/ {print $2}' | while read -r c; do nipt -X "$c" || true; done
+	done
+done
 ip -n "$NETNS" link del "$CNI_BRIDGE" 2>/dev/null || true
 rm -rf "$NODE_DIR/cni/ipam"
 
