@@ -13,6 +13,14 @@ HERE=$(dirname "$(readlink -f "$0")")
 [[ $(id -u) == 0 ]] || ndie "must run as root"
 { holder_ok && alive kubelet; } || ndie "the node is not up: make node-up"
 NS="node-check"
+# The LAN's libvirt hosts' SSH servers (cluster/lan), which a provider pod must reach.
+# shellcheck disable=SC1091
+. "$LAN_DIR/env.sh"
+DIAL=
+for h in $LAN_HOSTS; do
+	v=LAN_$(echo "$h" | tr '[:lower:]-' '[:upper:]_')_IP
+	DIAL+=${DIAL:+,}${!v}:$LAN_SSH_PORT
+done
 
 kc delete namespace "$NS" --ignore-not-found --wait=true >/dev/null
 t0=$(date +%s.%N)
@@ -50,7 +58,9 @@ kc apply -f - >/dev/null <<-YAML
 	      containers:
 	      - name: probe
 	        image: $PAUSE_IMAGE
+	        imagePullPolicy: Always
 	        command: [/pause, probe]
+	        env: [{name: DIAL, value: "$DIAL"}]
 	        securityContext:
 	          allowPrivilegeEscalation: false
 	          privileged: false
@@ -80,6 +90,8 @@ t_ok=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
 printf '%s\n' "$logs" | sed 's/^/  probe: /' | cut -c1-200
 [[ $logs == *"PROBE OK"* ]] || ndie "the probe did not reach the API server through the kubernetes Service"
 [[ $logs == *"uid=2000 gid=2000"* ]] || ndie "the probe does not run as 2000:2000"
+[[ $(grep -c '^DIAL .*SSH-2.0-' <<<"$logs") == "$(tr , '\n' <<<"$DIAL" | grep -c .)" ]] ||
+	ndie "the probe did not get an SSH banner from each LAN host ($DIAL)"
 ip=$(kc -n "$NS" get pod "$pod" -o jsonpath='{.status.podIP}')
 node=$(kc -n "$NS" get pod "$pod" -o jsonpath='{.spec.nodeName}')
 nlog "pod $pod on node $node, IP $ip, reached https://$SERVICE_IP:443 (the kubernetes Service) with its token"

@@ -117,10 +117,10 @@ if ! alive registry; then
 	mkdir -p "$NODE_DIR/registry"
 	start registry "$BIN/crane" registry serve --address "$REGISTRY" --disk "$NODE_DIR/registry"
 	waitport "$REGISTRY_PORT" || ndie "the registry does not listen on $REGISTRY (see $LOGS/registry.log)"
-	in_node "$BIN/crane" push --insecure "$NODE_DIR/images/pause.tar" "$PAUSE_IMAGE" >>"$LOGS/push.log" 2>&1 ||
-		ndie "crane push $PAUSE_IMAGE failed (see $LOGS/push.log)"
-	nlog "registry $REGISTRY has $PAUSE_IMAGE"
 fi
+in_node "$BIN/crane" push --insecure "$NODE_DIR/images/pause.tar" "$PAUSE_IMAGE" >>"$LOGS/push.log" 2>&1 ||
+	ndie "crane push $PAUSE_IMAGE failed (see $LOGS/push.log)"
+nlog "registry $REGISTRY has $PAUSE_IMAGE"
 
 # ------------------------------------------------------------------ containerd
 cat >"$NODE_DIR/cni/net.d/10-node.conflist" <<-JSON

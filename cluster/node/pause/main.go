@@ -3,10 +3,13 @@
 // serves the node's proof (cluster/node/check.sh) with `pause probe`: it prints its user and
 // group IDs, then calls the API server through the kubernetes Service with the pod's mounted
 // ServiceAccount token and CA (what an in-cluster client does), prints the answer and pauses.
-// It exits 1 when the call fails, so the pod shows the failure.
+// With DIAL=host:port[,host:port...] it then opens a TCP connection to each and prints the
+// first line the server sends (an SSH server's banner): the path a provider pod takes to its
+// libvirt hosts. It exits 1 when anything fails, so the pod shows the failure.
 package main
 
 import (
+	"bufio"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -15,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -74,7 +78,34 @@ func probe() error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s", resp.Status)
 	}
+	for _, addr := range strings.Split(os.Getenv("DIAL"), ",") {
+		if addr == "" {
+			continue
+		}
+		if err := dial(addr); err != nil {
+			return err
+		}
+	}
 	fmt.Println("PROBE OK")
+	return nil
+}
+
+// dial prints the first line the server at addr sends.
+func dial(addr string) error {
+	t0 := time.Now()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close() //nolint:errcheck // read-only
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("read from %s: %w", addr, err)
+	}
+	fmt.Printf("DIAL %s from %s: %q in %s\n", addr, c.LocalAddr(), strings.TrimSpace(line), time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
