@@ -104,7 +104,7 @@ kc apply --server-side -f - >/dev/null <<-YAML
 	      - name: crossplane-init
 	        image: $IMG
 	        imagePullPolicy: Always
-	        args: [core, init]
+	        args: [core, init, "--activation=*"]  # the chart's default activation: every MRD
 	        $secctx
 	        env:
 	$(env_common)

@@ -26,7 +26,8 @@ KUBELET_HEALTHZ_PORT=20348
 PROXY_HEALTHZ_PORT=20356
 PROXY_METRICS_PORT=20349
 REGISTRY_PORT=${NODE_REGISTRY_PORT:-25000} # check.sh's own loopback registry (make e2e has 15000)
-REGISTRY=127.0.0.1:$REGISTRY_PORT
+REGISTRY=127.0.0.1:$REGISTRY_PORT  # containerd's name for it; it listens on every address of netns node
+POD_REGISTRY=$NODE_IP:$REGISTRY_PORT # the name pods reach it by
 PAUSE_IMAGE=$REGISTRY/node/pause:1
 # The kubelet's cgroups live under this parent in each cgroup v1 hierarchy (and cgroup2's).
 CGROUP_PARENT=provider-kvm-node

@@ -115,7 +115,7 @@ if [[ ! -s $NODE_DIR/images/pause.tar || $HERE/pause/main.go -nt $NODE_DIR/image
 fi
 if ! alive registry; then
 	mkdir -p "$NODE_DIR/registry"
-	start registry "$BIN/crane" registry serve --address "$REGISTRY" --disk "$NODE_DIR/registry"
+	start registry "$BIN/crane" registry serve --address "0.0.0.0:$REGISTRY_PORT" --disk "$NODE_DIR/registry"
 	waitport "$REGISTRY_PORT" || ndie "the registry does not listen on $REGISTRY (see $LOGS/registry.log)"
 fi
 in_node "$BIN/crane" push --insecure "$NODE_DIR/images/pause.tar" "$PAUSE_IMAGE" >>"$LOGS/push.log" 2>&1 ||
@@ -139,15 +139,19 @@ cat >"$NODE_DIR/cni/net.d/10-node.conflist" <<-JSON
 	  ]
 	}
 JSON
-# Plain HTTP for the loopback registries of netns node (make e2e's and check.sh's).
-for port in 15000 "$REGISTRY_PORT"; do
-	mkdir -p "$NODE_DIR/containerd/certs.d/127.0.0.1:$port"
-	cat >"$NODE_DIR/containerd/certs.d/127.0.0.1:$port/hosts.toml" <<-TOML
-		server = "http://127.0.0.1:$port"
-		[host."http://127.0.0.1:$port"]
-		  capabilities = ["pull", "resolve"]
-		  skip_verify = true
-	TOML
+# Plain HTTP for the registries of netns node (make e2e's, 15000, and the node's), on loopback
+# (what containerd pulls the sandbox from) and on the node's address (what pods, such as the
+# Crossplane core fetching packages, reach; package runtime images then have that name too).
+for host in 127.0.0.1 "$NODE_IP"; do
+	for port in 15000 "$REGISTRY_PORT"; do
+		mkdir -p "$NODE_DIR/containerd/certs.d/$host:$port"
+		cat >"$NODE_DIR/containerd/certs.d/$host:$port/hosts.toml" <<-TOML
+			server = "http://$host:$port"
+			[host."http://$host:$port"]
+			  capabilities = ["pull", "resolve"]
+			  skip_verify = true
+		TOML
+	done
 done
 # restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, so the kubelet's oom_score_adj of
 # -998 for sandboxes would fail every runc create ("can't get final child's PID from pipe").
