@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -62,7 +63,7 @@ func probe() error {
 	}
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	url := "https://" + net.JoinHostPort(host, port) + "/api/v1/namespaces/" + string(ns) + "/serviceaccounts"
-	req, err := http.NewRequest(http.MethodGet, url, nil) //nolint:gosec // G704: the kubelet sets the API server address
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil) //nolint:gosec // G704: the kubelet sets the API server address
 	if err != nil {
 		return err
 	}
@@ -93,7 +94,7 @@ func probe() error {
 // dial prints the first line the server at addr sends.
 func dial(addr string) error {
 	t0 := time.Now()
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second) //nolint:gosec // G704: the pod spec names the hosts
+	c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(context.Background(), "tcp", addr)
 	if err != nil {
 		return err
 	}
