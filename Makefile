@@ -88,7 +88,7 @@ controlplane: ## Build kube-apiserver, etcd, kube-controller-manager, kubectl in
 
 # A single-node Kubernetes inside the LAN test bed's netns node (cluster/node/README.md): the
 # control plane, containerd, kubelet and kube-proxy; pods on a CNI bridge. Not part of make test yet.
-.PHONY: node-build node-up node-check node-crossplane node-packages node-down
+.PHONY: node-build node-up node-check node-crossplane node-packages node-hostcheck node-down
 node-build: ## Build kubelet, kube-proxy, kube-scheduler v1.35.3 into $(KUBEBUILDER_ASSETS) (once; one go build, see cluster/node/README.md).
 	cluster/node/build.sh "$(KUBEBUILDER_ASSETS)"
 node-up: packages controlplane node-build tools lan-up ## Start the node in netns node (idempotent); cluster/node/kubectl.sh talks to it.
@@ -99,6 +99,8 @@ node-crossplane: node-up ## The Crossplane core and RBAC manager as Deployments 
 	cluster/node/crossplane.sh
 node-packages: node-crossplane xpkg ## The Provider and Function packages of make xpkg installed on the node: HEALTHY, the provider pod as 2000 with the RBAC manager's ClusterRole.
 	cluster/node/packages.sh
+node-hostcheck: node-packages lan-up ## The provider pod writes a SeedVolume into host-a's pool over SSH across the LAN, then deletes it (holds /tmp/testbed.lock).
+	cluster/node/hostcheck.sh
 node-down: ## Stop what node-up started (PURGE=1 also deletes its state).
 	cluster/node/down.sh
 
