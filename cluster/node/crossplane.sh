@@ -7,9 +7,11 @@
 # rbac-manager, the TLS Secrets `core init` fills, the pods' security context as the chart's
 # (65532, read-only root, no privilege escalation). Waits until both Deployments are Available.
 #
+# Webhooks are on, as in the chart (WEBHOOKS=0: off): Service crossplane-webhooks, the core's
+# webhook configurations at /webhookconfigurations in the image; the API server reaches the
+# webhook at the pod's IP (up.sh: --enable-aggregator-routing).
 # Not yet as the chart: both ServiceAccounts are bound to cluster-admin (the chart gives the
-# core an aggregated ClusterRole and the RBAC manager its own), and webhooks are off (the API
-# server in netns node has no route to Service IPs yet): cluster/node/README.md.
+# core an aggregated ClusterRole and the RBAC manager its own): cluster/node/README.md.
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "$0")")
 # shellcheck source=cluster/node/lib.sh
@@ -20,17 +22,21 @@ command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
 CORE_VERSION=${CORE_VERSION:-v2.4.0}
 CORE=$BIN/crossplane-core
 [[ -x $CORE ]] || ndie "missing $CORE (make tools)"
-CRDS=$(go env GOMODCACHE)/github.com/crossplane/crossplane/v2@$CORE_VERSION/cluster/crds
+XP_MOD=$(go env GOMODCACHE)/github.com/crossplane/crossplane/v2@$CORE_VERSION
+CRDS=$XP_MOD/cluster/crds
+WEBHOOKS=${WEBHOOKS:-1}
+if [[ $WEBHOOKS == 1 ]]; then enable_webhooks=true; else enable_webhooks=false; fi
 [[ -d $CRDS ]] || ndie "no Crossplane CRDs at $CRDS (make e2e's preflight downloads the module)"
 # Pods pull it from the node's registry on loopback of netns node (containerd's view).
 IMG=$REGISTRY/crossplane/crossplane:$CORE_VERSION
 T0=$SECONDS
 
 tar=$NODE_DIR/images/crossplane-$CORE_VERSION.tar
-if [[ ! -s $tar || $CORE -nt $tar ]]; then
+if [[ ! -s $tar || $CORE -nt $tar || $0 -nt $tar ]]; then
 	[[ -x $NODE_DIR/images/mkimage ]] || ndie "no mkimage in $NODE_DIR/images (make node-up builds it)"
 	files=()
 	for f in "$CRDS"/*.yaml; do files+=(-file "$f=/crds/${f##*/}"); done
+	for f in "$XP_MOD"/cluster/webhookconfigurations/*.yaml; do files+=(-file "$f=/webhookconfigurations/${f##*/}"); done
 	"$NODE_DIR/images/mkimage" -binary "$CORE" -path /usr/local/bin/crossplane -tag "$IMG" "${files[@]}" -o "$tar.tmp"
 	mv -f "$tar.tmp" "$tar"
 	nlog "image $IMG: $(stat -c %s "$tar") bytes, $(( SECONDS - T0 ))s"
@@ -75,6 +81,13 @@ kc apply --server-side -f - >/dev/null <<-YAML
 	  - matchLabels: {rbac.crossplane.io/aggregate-to-allowed-provider-permissions: "true"}
 	---
 	apiVersion: v1
+	kind: Service
+	metadata: {name: crossplane-webhooks, namespace: crossplane-system}
+	spec:
+	  selector: {app: crossplane}
+	  ports: [{protocol: TCP, port: 9443, targetPort: 9443}]
+	---
+	apiVersion: v1
 	kind: Secret
 	metadata: {name: crossplane-root-ca, namespace: crossplane-system}
 	type: Opaque
@@ -108,7 +121,10 @@ kc apply --server-side -f - >/dev/null <<-YAML
 	        $secctx
 	        env:
 	$(env_common)
-	        - {name: ENABLE_WEBHOOKS, value: "false"}
+	        - {name: ENABLE_WEBHOOKS, value: "$enable_webhooks"}
+	        - {name: WEBHOOK_SERVICE_NAME, value: crossplane-webhooks}
+	        - {name: WEBHOOK_SERVICE_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+	        - {name: WEBHOOK_SERVICE_PORT, value: "9443"}
 	        - {name: TLS_CA_SECRET_NAME, value: crossplane-root-ca}
 	        - {name: TLS_SERVER_SECRET_NAME, value: crossplane-tls-server}
 	        - {name: TLS_CLIENT_SECRET_NAME, value: crossplane-tls-client}
@@ -121,11 +137,13 @@ kc apply --server-side -f - >/dev/null <<-YAML
 	        ports:
 	        - {name: readyz, containerPort: 8081}
 	        - {name: metrics, containerPort: 8080}
+	        - {name: webhooks, containerPort: 9443}
 	        startupProbe: {failureThreshold: 30, periodSeconds: 2, tcpSocket: {port: readyz}}
 	        env:
 	$(env_common)
 	        - {name: LEADER_ELECTION, value: "true"}
-	        - {name: ENABLE_WEBHOOKS, value: "false"}
+	        - {name: ENABLE_WEBHOOKS, value: "$enable_webhooks"}
+	        - {name: WEBHOOK_PORT, value: "9443"}
 	        - {name: TLS_SERVER_SECRET_NAME, value: crossplane-tls-server}
 	        - {name: TLS_SERVER_CERTS_DIR, value: /tls/server}
 	        - {name: TLS_CLIENT_SECRET_NAME, value: crossplane-tls-client}

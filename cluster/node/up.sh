@@ -27,6 +27,12 @@ mkdir -p "$NODE_DIR" "$PIDS" "$LOGS" "$PKI" "$NODE_DIR/cni/net.d" "$NODE_DIR/cni
 	"$NODE_DIR/containerd/certs.d" "$NODE_DIR/kubelet" "$NODE_DIR/etcd" "$NODE_DIR/created"
 chmod 0700 "$NODE_DIR"
 T0=$SECONDS
+# put FILE: stdin into FILE, only when it differs (kube-proxy exits when its config file is
+# written to, even with the same content; the others read theirs at start).
+put() {
+	cat >"$1.tmp"
+	if cmp -s "$1.tmp" "$1"; then rm -f "$1.tmp"; else mv -f "$1.tmp" "$1"; fi
+}
 
 # ------------------------------------------------------------------ PKI (openssl, once)
 cert() { # cert NAME SUBJ [SAN]: NAME.{key,crt} signed by the node's CA
@@ -123,7 +129,7 @@ in_node "$BIN/crane" push --insecure "$NODE_DIR/images/pause.tar" "$PAUSE_IMAGE"
 nlog "registry $REGISTRY has $PAUSE_IMAGE"
 
 # ------------------------------------------------------------------ containerd
-cat >"$NODE_DIR/cni/net.d/10-node.conflist" <<-JSON
+put "$NODE_DIR/cni/net.d/10-node.conflist" <<-JSON
 	{
 	  "cniVersion": "1.0.0",
 	  "name": "node",
@@ -145,7 +151,7 @@ JSON
 for host in 127.0.0.1 "$NODE_IP"; do
 	for port in 15000 "$REGISTRY_PORT"; do
 		mkdir -p "$NODE_DIR/containerd/certs.d/$host:$port"
-		cat >"$NODE_DIR/containerd/certs.d/$host:$port/hosts.toml" <<-TOML
+		put "$NODE_DIR/containerd/certs.d/$host:$port/hosts.toml" <<-TOML
 			server = "http://$host:$port"
 			[host."http://$host:$port"]
 			  capabilities = ["pull", "resolve"]
@@ -155,7 +161,7 @@ for host in 127.0.0.1 "$NODE_IP"; do
 done
 # restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, so the kubelet's oom_score_adj of
 # -998 for sandboxes would fail every runc create ("can't get final child's PID from pipe").
-cat >"$NODE_DIR/containerd/config.toml" <<-TOML
+put "$NODE_DIR/containerd/config.toml" <<-TOML
 	version = 2
 	root = "$NODE_DIR/containerd/root"
 	state = "/run/containerd"
@@ -193,6 +199,9 @@ if ! alive etcd; then
 		--initial-cluster "node=http://127.0.0.1:$ETCD_PEER_PORT"
 	waitport "$ETCD_PORT" || ndie "etcd does not listen (see $LOGS/etcd.log)"
 fi
+# --enable-aggregator-routing: the API server calls webhooks (Crossplane's) and aggregated
+# APIs at their endpoints (pod IPs, routed to cni0 in netns node), not at Service IPs, which
+# only kube-proxy's DNAT knows and netns node has no route for.
 if ! alive kube-apiserver; then
 	start kube-apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
 		--bind-address=0.0.0.0 --advertise-address="$NODE_IP" --secure-port="$APISERVER_PORT" \
@@ -201,7 +210,8 @@ if ! alive kube-apiserver; then
 		--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
 		--kubelet-preferred-address-types=InternalIP \
 		--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-		--service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range="$SERVICE_CIDR"
+		--service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range="$SERVICE_CIDR" \
+		--enable-aggregator-routing=true
 fi
 for ((i = 0; i < 180; i++)); do
 	kc get --raw /readyz >/dev/null 2>&1 && break
@@ -226,7 +236,7 @@ if ! alive kube-scheduler; then
 fi
 
 # ------------------------------------------------------------------ kubelet
-cat >"$NODE_DIR/kubelet.yaml" <<-YAML
+put "$NODE_DIR/kubelet.yaml" <<-YAML
 	apiVersion: kubelet.config.k8s.io/v1beta1
 	kind: KubeletConfiguration
 	# cgroup v1 (hybrid) here: 1.35 refuses it unless told
@@ -265,7 +275,7 @@ if ! alive kubelet; then
 fi
 
 # ------------------------------------------------------------------ kube-proxy
-cat >"$NODE_DIR/kube-proxy.yaml" <<-YAML
+put "$NODE_DIR/kube-proxy.yaml" <<-YAML
 	apiVersion: kubeproxy.config.k8s.io/v1alpha1
 	kind: KubeProxyConfiguration
 	clientConnection: {kubeconfig: $NODE_DIR/kube-proxy.kubeconfig}
