@@ -9,6 +9,8 @@
 # the provider pod: user 2000, no privilege escalation, no capabilities, the ServiceAccount bound
 # to the RBAC manager's ClusterRole. Prints TIMING.
 #   XPKG_DIR (default _output/xpkg), PKG_TAG (default v0.0.0-node)
+#   PROVIDER_ARGS  the provider's flags (e.g. "--poll=10s --debug"), given by a
+#                  DeploymentRuntimeConfig as a platform team would (default: none)
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "$0")")
 # shellcheck source=cluster/node/lib.sh
@@ -48,11 +50,26 @@ for p in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
 	push "$XPKG_DIR/$p.xpkg" "provider-kvm/$p"
 done
 push "$ar" crossplane-contrib/function-auto-ready
+args=
+for a in ${PROVIDER_ARGS:-}; do args+=${args:+, }\"$a\"; done
 kc apply -f - >/dev/null <<-YAML
+	apiVersion: pkg.crossplane.io/v1beta1
+	kind: DeploymentRuntimeConfig
+	metadata: {name: provider-kvm}
+	spec:
+	  deploymentTemplate:
+	    spec:
+	      selector: {}
+	      template:
+	        spec:
+	          containers: [{name: package-runtime, args: [$args]}]
+	---
 	apiVersion: pkg.crossplane.io/v1
 	kind: Provider
 	metadata: {name: provider-kvm}
-	spec: {package: "$POD_REGISTRY/provider-kvm/provider-kvm:$PKG_TAG"}
+	spec:
+	  package: "$POD_REGISTRY/provider-kvm/provider-kvm:$PKG_TAG"
+	  runtimeConfigRef: {name: provider-kvm}
 	---
 	# The names Crossplane gives the Configuration's dependencies, which its Compositions use.
 	apiVersion: pkg.crossplane.io/v1
