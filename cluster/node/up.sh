@@ -22,6 +22,10 @@ for b in crane etcd kube-apiserver kube-controller-manager kubectl kube-schedule
 	[[ -x $BIN/$b ]] || ndie "missing $BIN/$b (make controlplane node-build)"
 done
 [[ -e /run/netns/$NETNS && -r $LAN_DIR/env.sh ]] || ndie "no netns $NETNS: make lan-up first"
+# From the root mount namespace: inside `ip netns exec` (make e2e's inner half) /sys is that
+# netns's own sysfs and /sys/fs/cgroup is empty, and the kubelet needs the hierarchies.
+compgen -G '/sys/fs/cgroup/*/cgroup.procs' >/dev/null ||
+	ndie "no cgroup hierarchies under /sys/fs/cgroup: run up.sh from the root namespaces, not inside ip netns exec"
 
 mkdir -p "$NODE_DIR" "$PIDS" "$LOGS" "$PKI" "$NODE_DIR/cni/net.d" "$NODE_DIR/cni/lib" "$NODE_DIR/cni/ipam" \
 	"$NODE_DIR/containerd/certs.d" "$NODE_DIR/kubelet" "$NODE_DIR/etcd" "$NODE_DIR/created"
