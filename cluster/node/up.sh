@@ -7,9 +7,10 @@
 # reachable from netns node only: cluster/node/kubectl.sh). down.sh stops it.
 #
 # Needs: make lan-up (netns node), make packages, make controlplane + make node-build (binaries
-# in $BIN). Pods pull from loopback registries in netns node over plain HTTP (127.0.0.1:*:
-# check.sh's on 25000, make e2e's on 15000); the sandbox image is $PAUSE_IMAGE (check.sh pushes
-# it). Knobs: NODE_DIR, BIN, LAN_DIR.
+# in $BIN, with crane from make tools). containerd pulls over plain HTTP from the registries of
+# netns node: the node's own (crane, port 25000 on every address of netns node; up.sh pushes the
+# sandbox image $PAUSE_IMAGE there) and make e2e's (15000). Knobs: NODE_DIR, BIN, LAN_DIR.
+# Run it from the root namespaces (make's level), never inside ip netns exec.
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "$0")")
 # shellcheck source=cluster/node/lib.sh
