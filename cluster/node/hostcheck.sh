@@ -16,7 +16,7 @@ HERE=$(dirname "$(readlink -f "$0")")
 [[ -r $LAN_DIR/env.sh ]] || ndie "no $LAN_DIR/env.sh: make lan-up"
 # shellcheck disable=SC1091
 . "$LAN_DIR/env.sh"
-kc get provider provider-kvm >/dev/null 2>&1 || ndie "provider-kvm is not installed on the node: make node-packages"
+kc get providers.pkg.crossplane.io provider-kvm >/dev/null 2>&1 || ndie "provider-kvm is not installed on the node: make node-packages"
 NS="node-hostcheck"
 
 exec 8>/tmp/testbed.lock

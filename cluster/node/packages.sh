@@ -91,13 +91,13 @@ kc apply -f - >/dev/null <<-YAML
 	  package: "$POD_REGISTRY/provider-kvm/configuration-kvm-proxy:$PKG_TAG"
 	  skipDependencyResolution: true
 YAML
-for kind in provider/provider-kvm function/provider-kvm-function-kvm-proxy function/crossplane-contrib-function-auto-ready \
-	configuration/configuration-kvm-proxy; do
+for kind in providers.pkg.crossplane.io/provider-kvm functions.pkg.crossplane.io/provider-kvm-function-kvm-proxy \
+	functions.pkg.crossplane.io/crossplane-contrib-function-auto-ready configurations.pkg.crossplane.io/configuration-kvm-proxy; do
 	kc wait --for=condition=Healthy --timeout=240s "$kind" >/dev/null ||
 		{ kc describe "$kind" >&2; ndie "$kind is not Healthy"; }
 	nlog "$kind Healthy after $(secs)s"
 done
-rev=$(kc get provider provider-kvm -o jsonpath='{.status.currentRevision}')
+rev=$(kc get providers.pkg.crossplane.io provider-kvm -o jsonpath='{.status.currentRevision}')
 for ((i = 0; i < 240; i++)); do
 	pod=$(kc -n "$NS" get pods -l "pkg.crossplane.io/revision=$rev" -o jsonpath='{.items[?(@.status.phase=="Running")].metadata.name}' 2>/dev/null || true)
 	[[ -n $pod ]] && break
@@ -128,6 +128,6 @@ for f in provider-kvm-function-kvm-proxy crossplane-contrib-function-auto-ready;
 	n=$(kc -n "$NS" get pods -l "pkg.crossplane.io/function=$f" -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}' | grep -c .) || true
 	[[ $n -ge 1 ]] || ndie "no running pod of Function $f"
 done
-kc get providers,functions,configurations
+kc get providers.pkg.crossplane.io,functions.pkg.crossplane.io,configurations.pkg.crossplane.io
 echo "TIMING node packages healthy+provider-ready ${t_ready}s"
 nlog "packages check passed (provider $rev as $sa, bound to crossplane:provider:$rev:system)"
