@@ -86,6 +86,24 @@ xpkg: tools ## Build the provider, function and configuration packages into _out
 controlplane: ## Build kube-apiserver, etcd, kube-controller-manager, kubectl into $(KUBEBUILDER_ASSETS) (once; ~12 min cold).
 	cluster/controlplane/build.sh "$(KUBEBUILDER_ASSETS)"
 
+# A single-node Kubernetes inside the LAN test bed's netns node (cluster/node/README.md): the
+# control plane, containerd, kubelet and kube-proxy; pods on a CNI bridge. Not part of make test yet.
+.PHONY: node-build node-up node-check node-crossplane node-packages node-hostcheck node-down
+node-build: ## Build kubelet, kube-proxy, kube-scheduler v1.35.3 into $(KUBEBUILDER_ASSETS) (once; one go build, see cluster/node/README.md).
+	cluster/node/build.sh "$(KUBEBUILDER_ASSETS)"
+node-up: packages controlplane node-build tools lan-up ## Start the node in netns node (idempotent); cluster/node/kubectl.sh talks to it.
+	cluster/node/up.sh
+node-check: node-up ## A Deployment's pod as user 2000 reaching the API server through the kubernetes Service with its token.
+	cluster/node/check.sh
+node-crossplane: node-up ## The Crossplane core and RBAC manager as Deployments on the node (image of the v2.4.0 core made with mkimage).
+	cluster/node/crossplane.sh
+node-packages: node-crossplane xpkg ## The Provider and Function packages of make xpkg installed on the node: HEALTHY, the provider pod as 2000 with the RBAC manager's ClusterRole.
+	cluster/node/packages.sh
+node-hostcheck: node-packages lan-up ## The provider pod writes a SeedVolume into host-a's pool over SSH across the LAN, then deletes it (holds /tmp/testbed.lock).
+	cluster/node/hostcheck.sh
+node-down: ## Stop what node-up started (PURGE=1 also deletes its state).
+	cluster/node/down.sh
+
 .PHONY: testbed-up
 testbed-up: packages ## Install and start libvirtd + sshd in network namespace kvmhost (idempotent).
 	cluster/testbed/up.sh

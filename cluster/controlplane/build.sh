@@ -2,16 +2,20 @@
 # Build the control plane binaries from Go modules only: no Docker, no kind, no release
 # tarballs. kube-apiserver and etcd are what controller-runtime's envtest needs; make e2e and
 # make demo also run kube-controller-manager (only its garbage collector: Crossplane relies on
-# it to delete composed resources) and use kubectl. The binaries land in a cache directory
+# it to delete composed resources) and use kubectl. The node (cluster/node: pods on a real
+# kubelet) adds kubelet, kube-proxy and kube-scheduler. The binaries land in a cache directory
 # outside the repository so later runs (and later CI runs on the same machine) skip the build.
 #
 #   cluster/controlplane/build.sh [BIN_DIR] [TARGET...]
 #       BIN_DIR default ${XDG_CACHE_HOME:-~/.cache}/provider-kvm/bin
-#       TARGET: kube-apiserver etcd kube-controller-manager kubectl (default: all)
+#       TARGET: kube-apiserver etcd kube-controller-manager kubectl (default: these four)
+#               kubelet kube-proxy kube-scheduler (cluster/node/build.sh asks for these)
 #   KUBEBUILDER_ASSETS=BIN_DIR go test ./...
 #
 # Idempotent: a binary that already reports the wanted version is kept. Concurrent runs are
 # serialised with flock. Knobs: K8S_VERSION (v1.35.3), ETCD_VERSION (v3.6.6), WORK_DIR.
+# Every missing k8s.io/kubernetes command is built by ONE `go build` (one package graph, each
+# shared package compiled once, links in parallel), from one scratch module and GOCACHE.
 #
 # Why these versions: crossplane-runtime/v2 v2.4.0 pins k8s.io/* v0.35.3, so kube-apiserver
 # v1.35.3 is the exact match; etcd v3.6.6 is the version k8s v1.35.3 itself pins.
@@ -46,7 +50,7 @@ has_version() {
 # published v0.<minor>.<patch> release of the same Kubernetes version.
 # The commands built from k8s.io/kubernetes; the scratch module lists them as tools so that
 # `go mod tidy` records every module they need. .tidy-ok holds the list it was tidied for.
-K8S_TOOLS="cmd/kube-apiserver cmd/kube-controller-manager cmd/kubectl"
+K8S_TOOLS="cmd/kube-apiserver cmd/kube-controller-manager cmd/kubectl cmd/kubelet cmd/kube-proxy cmd/kube-scheduler"
 k8s_module() {
 	local dir=$WORK/k8s-$K8S_VERSION json gomod t
 	mkdir -p "$dir"
@@ -71,19 +75,24 @@ k8s_module() {
 	echo "$dir"
 }
 
-# build_k8s NAME ABOUT: build k8s.io/kubernetes/cmd/NAME into $BIN/NAME, version-stamped.
+# build_k8s NAME...: build k8s.io/kubernetes/cmd/NAME into $BIN/NAME for each NAME, all in
+# one go build, version-stamped.
 build_k8s() {
-	local name=$1 about=$2 dir minor ld="-s -w" p t0=$SECONDS
+	local dir minor ld="-s -w" p n t0=$SECONDS pkgs=() tmp
 	dir=$(k8s_module)
 	minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 	# Without these stamps /version reports v0.0.0-master and clients warn about skew.
 	for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
 		ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
 	done
-	log "building $name $K8S_VERSION ($about)"
-	(cd "$dir" && go build -trimpath -ldflags="$ld" -o "$BIN/.$name.tmp" "k8s.io/kubernetes/cmd/$name")
-	mv -f "$BIN/.$name.tmp" "$BIN/$name"
-	log "$name built in $((SECONDS - t0))s"
+	for n in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$n"); done
+	log "building $* $K8S_VERSION (cold build cache, 2 cores: kube-apiserver about 7 min, then kube-controller-manager 3, kubectl 1; see cluster/node/README.md for the node's)"
+	tmp=$BIN/.k8s-build.tmp
+	rm -rf "$tmp"; mkdir -p "$tmp"
+	(cd "$dir" && go build -trimpath -ldflags="$ld" -o "$tmp/" "${pkgs[@]}")
+	for n in "$@"; do mv -f "$tmp/$n" "$BIN/$n"; done
+	rmdir "$tmp"
+	log "$* built in $((SECONDS - t0))s"
 }
 
 build_etcd() {
@@ -118,16 +127,13 @@ kubectl_ok() {
 	[[ -x $BIN/kubectl ]] && out=$("$BIN/kubectl" version --client 2>/dev/null) && [[ ${out%%$'\n'*} == "Client Version: $K8S_VERSION" ]]
 }
 
+K8S_BUILD=()
 for t in "${TARGETS[@]}"; do
 	case $t in
-	kube-apiserver)
-		has_version "$BIN/kube-apiserver" "Kubernetes $K8S_VERSION" ||
-			build_k8s kube-apiserver "about 7 minutes on 2 cores with a cold build cache" ;;
-	kube-controller-manager)
-		has_version "$BIN/kube-controller-manager" "Kubernetes $K8S_VERSION" ||
-			build_k8s kube-controller-manager "about 3 minutes after kube-apiserver" ;;
+	kube-apiserver | kube-controller-manager | kubelet | kube-proxy | kube-scheduler)
+		has_version "$BIN/$t" "Kubernetes $K8S_VERSION" || K8S_BUILD+=("$t") ;;
 	kubectl)
-		kubectl_ok || build_k8s kubectl "about 1 minute after kube-apiserver" ;;
+		kubectl_ok || K8S_BUILD+=(kubectl) ;;
 	etcd)
 		has_version "$BIN/etcd" "etcd Version: ${ETCD_VERSION#v}" || build_etcd ;;
 	*)
@@ -135,6 +141,7 @@ for t in "${TARGETS[@]}"; do
 		exit 2 ;;
 	esac
 done
+[[ ${#K8S_BUILD[@]} -eq 0 ]] || build_k8s "${K8S_BUILD[@]}"
 
 for t in "${TARGETS[@]}"; do
 	case $t in

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# packages.sh -- install the project's packages (make xpkg) on the node through Crossplane's
+# package manager (make node-packages, after make node-crossplane): push the .xpkg files to the
+# node's registry, with function-auto-ready v0.7.0 made into a Function package here (its binary
+# from make tools, its package metadata from its Go module); create the Provider, both Functions
+# (under the names the Compositions use) and the Configuration with packages on the node's
+# address (as a pod reaches the registry); wait until all are HEALTHY, the function and provider
+# pods run under the package runtime and the Configuration's XRDs are Established; then check
+# the provider pod: user 2000, no privilege escalation, no capabilities, the ServiceAccount bound
+# to the RBAC manager's ClusterRole. Prints TIMING.
+#   XPKG_DIR (default _output/xpkg), PKG_TAG (default v0.0.0-node)
+#   PROVIDER_ARGS  the provider's flags (e.g. "--poll=10s --debug"), given by a
+#                  DeploymentRuntimeConfig as a platform team would (default: none)
+set -euo pipefail
+HERE=$(dirname "$(readlink -f "$0")")
+# shellcheck source=cluster/node/lib.sh
+. "$HERE/lib.sh"
+[[ $(id -u) == 0 ]] || ndie "must run as root"
+command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
+{ holder_ok && alive kubelet; } || ndie "the node is not up: make node-up"
+XPKG_DIR=$(readlink -f "${XPKG_DIR:-$HERE/../../_output/xpkg}")
+PKG_TAG=${PKG_TAG:-v0.0.0-node}
+NS=crossplane-system
+[[ -x $BIN/crossplane ]] || ndie "missing $BIN/crossplane (make tools)"
+kc -n "$NS" get deploy crossplane >/dev/null 2>&1 || ndie "no Crossplane core on the node: make node-crossplane"
+
+t0=$(date +%s.%N)
+secs() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
+# function-auto-ready as a Function package: its binary (make tools) in a one-layer image,
+# its package/ folder (crossplane.yaml, the input CRD) from its module.
+AUTOREADY_VERSION=${AUTOREADY_VERSION:-v0.7.0}
+ar=$NODE_DIR/images/function-auto-ready-$AUTOREADY_VERSION.xpkg
+if [[ ! -s $ar || $BIN/function-auto-ready -nt $ar ]]; then
+	[[ -x $BIN/function-auto-ready ]] || ndie "missing $BIN/function-auto-ready (make tools)"
+	root=$(cd "$HERE/../.." && go env GOMODCACHE)/github.com/crossplane-contrib/function-auto-ready@$AUTOREADY_VERSION/package
+	[[ -s $root/crossplane.yaml ]] || ndie "no $root/crossplane.yaml (make tools downloads the module)"
+	"$NODE_DIR/images/mkimage" -binary "$BIN/function-auto-ready" -path /usr/local/bin/function \
+		-tag "xpkg.crossplane.io/crossplane-contrib/function-auto-ready:$AUTOREADY_VERSION" -o "$NODE_DIR/images/function-auto-ready.tar"
+	"$BIN/crossplane" xpkg build --package-root="$root" --examples-root="$NODE_DIR/images/no-examples" \
+		--embed-runtime-image-tarball="$NODE_DIR/images/function-auto-ready.tar" --package-file="$ar.tmp" >>"$LOGS/push.log" 2>&1 ||
+		ndie "crossplane xpkg build of function-auto-ready failed (see $LOGS/push.log)"
+	mv -f "$ar.tmp" "$ar"
+fi
+push() { # push FILE REPOSITORY
+	in_node "$BIN/crossplane" xpkg push -f "$1" "$REGISTRY/$2:$PKG_TAG" >>"$LOGS/push.log" 2>&1 ||
+		ndie "crossplane xpkg push of $2 failed (see $LOGS/push.log)"
+}
+for p in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
+	[[ -s $XPKG_DIR/$p.xpkg ]] || ndie "missing $XPKG_DIR/$p.xpkg (make xpkg)"
+	push "$XPKG_DIR/$p.xpkg" "provider-kvm/$p"
+done
+push "$ar" crossplane-contrib/function-auto-ready
+args=
+for a in ${PROVIDER_ARGS:-}; do args+=${args:+, }\"$a\"; done
+kc apply -f - >/dev/null <<-YAML
+	apiVersion: pkg.crossplane.io/v1beta1
+	kind: DeploymentRuntimeConfig
+	metadata: {name: provider-kvm}
+	spec:
+	  deploymentTemplate:
+	    spec:
+	      selector: {}
+	      template:
+	        spec:
+	          containers: [{name: package-runtime, args: [$args]}]
+	---
+	apiVersion: pkg.crossplane.io/v1
+	kind: Provider
+	metadata: {name: provider-kvm}
+	spec:
+	  package: "$POD_REGISTRY/provider-kvm/provider-kvm:$PKG_TAG"
+	  runtimeConfigRef: {name: provider-kvm}
+	---
+	# The names Crossplane gives the Configuration's dependencies, which its Compositions use.
+	apiVersion: pkg.crossplane.io/v1
+	kind: Function
+	metadata: {name: provider-kvm-function-kvm-proxy}
+	spec: {package: "$POD_REGISTRY/provider-kvm/function-kvm-proxy:$PKG_TAG"}
+	---
+	apiVersion: pkg.crossplane.io/v1
+	kind: Function
+	metadata: {name: crossplane-contrib-function-auto-ready}
+	spec: {package: "$POD_REGISTRY/crossplane-contrib/function-auto-ready:$PKG_TAG"}
+	---
+	# Its dependencies are named by their xpkg.crossplane.io references, which cannot be
+	# fetched here: installed above instead.
+	apiVersion: pkg.crossplane.io/v1
+	kind: Configuration
+	metadata: {name: configuration-kvm-proxy}
+	spec:
+	  package: "$POD_REGISTRY/provider-kvm/configuration-kvm-proxy:$PKG_TAG"
+	  skipDependencyResolution: true
+YAML
+for kind in providers.pkg.crossplane.io/provider-kvm functions.pkg.crossplane.io/provider-kvm-function-kvm-proxy \
+	functions.pkg.crossplane.io/crossplane-contrib-function-auto-ready configurations.pkg.crossplane.io/configuration-kvm-proxy; do
+	kc wait --for=condition=Healthy --timeout=240s "$kind" >/dev/null ||
+		{ kc describe "$kind" >&2; ndie "$kind is not Healthy"; }
+	nlog "$kind Healthy after $(secs)s"
+done
+rev=$(kc get providers.pkg.crossplane.io provider-kvm -o jsonpath='{.status.currentRevision}')
+for ((i = 0; i < 240; i++)); do
+	pod=$(kc -n "$NS" get pods -l "pkg.crossplane.io/revision=$rev" -o jsonpath='{.items[?(@.status.phase=="Running")].metadata.name}' 2>/dev/null || true)
+	[[ -n $pod ]] && break
+	sleep 0.5
+done
+[[ -n $pod ]] || { kc -n "$NS" get pods >&2; ndie "no running pod of provider revision $rev"; }
+nlog "provider pod $pod Running after $(secs)s"
+kc wait --for=condition=Ready --timeout=120s -n "$NS" "pod/$pod" >/dev/null || ndie "provider pod $pod not Ready"
+t_ready=$(secs)
+
+sa=$(kc -n "$NS" get pod "$pod" -o jsonpath='{.spec.serviceAccountName}')
+crb=$(kc get clusterrolebindings -o jsonpath="{range .items[?(@.subjects[0].name==\"$sa\")]}{.roleRef.name}{\"\\n\"}{end}")
+[[ $crb == "crossplane:provider:$rev:system" ]] || ndie "ServiceAccount $sa is bound to '$crb', not the RBAC manager's crossplane:provider:$rev:system"
+cid=$(kc -n "$NS" get pod "$pod" -o jsonpath='{.status.containerStatuses[0].containerID}')
+cid=${cid#containerd://}
+pid=$(find /sys/fs/cgroup/pids/"$CGROUP_PARENT" -path "*$cid*" -name cgroup.procs -exec cat {} + | head -n1)
+[[ -n $pid ]] || ndie "no process of the provider container $cid"
+status=$(grep -E '^(Uid|Gid|NoNewPrivs|CapEff):' "/proc/$pid/status")
+printf '%s\n' "$status" | sed 's/^/  provider process: /'
+grep -Eq '^Uid:\s+2000\s+2000\s+2000\s+2000$' <<<"$status" || ndie "the provider does not run as uid 2000"
+grep -Eq '^NoNewPrivs:\s+1$' <<<"$status" || ndie "the provider may gain privileges"
+grep -Eq '^CapEff:\s+0+$' <<<"$status" || ndie "the provider has capabilities"
+for xrd in proxies.platform.kvm.crossplane.io xproxies.platform.kvm.crossplane.io; do
+	kc wait --for=condition=Established --timeout=120s "compositeresourcedefinition/$xrd" >/dev/null ||
+		ndie "XRD $xrd not Established"
+done
+for f in provider-kvm-function-kvm-proxy crossplane-contrib-function-auto-ready; do
+	n=$(kc -n "$NS" get pods -l "pkg.crossplane.io/function=$f" -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}' | grep -c .) || true
+	[[ $n -ge 1 ]] || ndie "no running pod of Function $f"
+done
+kc get providers.pkg.crossplane.io,functions.pkg.crossplane.io,configurations.pkg.crossplane.io
+echo "TIMING node packages healthy+provider-ready ${t_ready}s"
+nlog "packages check passed (provider $rev as $sa, bound to crossplane:provider:$rev:system)"
