@@ -32,6 +32,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/controller/connection"
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
+	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
@@ -317,6 +318,7 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 	if err := e.records.Claim(ctx, e.storage, e.host, t.pool, t.name, t.owner); err != nil {
 		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
 	}
+	faultpoint.Reach(faultpoint.SeedRecordWritten)
 	xml, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: t.name, Format: "raw", CapacityBytes: uint64(len(s.ISO))})
 	if err != nil {
 		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
@@ -324,6 +326,7 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 	if _, err := e.storage.CreateVolume(ctx, t.pool, xml); err != nil && !libvirt.IsExists(err) {
 		return managed.ExternalCreation{}, errors.Wrap(err, errCreate)
 	}
+	faultpoint.Reach(faultpoint.SeedVolumeCreated)
 	return managed.ExternalCreation{}, e.upload(ctx, cr, t, s)
 }
 
@@ -359,6 +362,7 @@ func (e *external) upload(ctx context.Context, cr *v1alpha1.SeedVolume, t target
 	if err := e.storage.Upload(ctx, t.pool, t.name, bytes.NewReader(s.ISO), uint64(len(s.ISO))); err != nil {
 		return errors.Wrap(err, errUpload)
 	}
+	faultpoint.Reach(faultpoint.SeedUploaded)
 	e.recorder.Event(cr, event.Normal(reasonUploaded, "Uploaded seed ISO "+t.name+" (sha256 "+s.SHA256+")"))
 	return nil
 }
@@ -389,6 +393,7 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 	if err := e.storage.DeleteVolume(ctx, t.pool, t.name); err != nil && !libvirt.IsNotFound(err) {
 		return managed.ExternalDelete{}, errors.Wrap(err, errDelete)
 	}
+	faultpoint.Reach(faultpoint.SeedDeleteVolume)
 	return managed.ExternalDelete{}, errors.Wrap(e.records.Release(ctx, e.storage, e.host, t.pool, t.name, t.owner), errDelete)
 }
 
