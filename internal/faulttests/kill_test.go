@@ -26,6 +26,9 @@ type killCase struct {
 	point  string
 	create bool
 	fast   bool // part of the subset go test ./... runs
+	// running: the KVMDomain's powerState is Running (the points of starting and stopping a
+	// guest); else Stopped, so that no guest burns a core under TCG.
+	running bool
 }
 
 var killCases = []killCase{
@@ -41,13 +44,13 @@ var killCases = []killCase{
 	{point: fp.DomainOverlayRecord, create: true},
 	{point: fp.DomainOverlayCreated, create: true},
 	{point: fp.DomainDefined, create: true, fast: true},
-	{point: fp.DomainStarted, create: true},
+	{point: fp.DomainStarted, create: true, running: true},
 	{point: fp.BaseRemoveClaim},
 	{point: fp.BaseRemoveMarker, fast: true},
 	{point: fp.BaseRemoveDeleted + "#1"}, // the data deleted, its owner record and claim not
 	{point: fp.BaseRemoveDeleted + "#2"}, // the owner record deleted, the claim not
 	{point: fp.SeedDeleteVolume},
-	{point: fp.DomainPowerOff},
+	{point: fp.DomainPowerOff, running: true},
 	{point: fp.DomainUndefined},
 	{point: fp.DomainOverlayDeleted},
 }
@@ -69,7 +72,11 @@ func (s *suite) killCases(t *testing.T) {
 		t.Run(op+"/"+strings.ReplaceAll(kc.point, "#", "-"), func(t *testing.T) {
 			ns := fmt.Sprintf("%sk%02d", nsPrefix, i)
 			img := ns
-			mrs := s.set(ns, "default", img, v1alpha1.PowerStateRunning)
+			power := v1alpha1.PowerStateStopped
+			if kc.running {
+				power = v1alpha1.PowerStateRunning
+			}
+			mrs := s.set(ns, "default", img, power)
 			var recovered time.Duration
 			// Counted even when the case failed half-way: what a stuck case left is reported.
 			defer func() { s.record(t, recovered, s.leaks(t, []string{ns}, []string{img})) }()
