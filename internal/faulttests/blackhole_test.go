@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -35,7 +36,7 @@ const (
 
 // blackholeFor is how long the host stays blackholed: two minutes in the full suite.
 func blackholeFor() time.Duration {
-	if full() {
+	if full() || os.Getenv("FAULTS_BLACKHOLE_FULL") != "" {
 		return 2 * time.Minute
 	}
 	return 45 * time.Second
@@ -164,12 +165,16 @@ func (s *suite) hostDown(mr resource.Managed) bool {
 	return y.Status == corev1.ConditionFalse && strings.Contains(y.Message, "is unreachable")
 }
 
+// blackholeNamespaces: the first host's stack, the one made during the blackhole, the second
+// host's stack.
+var blackholeNamespaces = []string{nsPrefix + "bh-a", nsPrefix + "bh-a2", nsPrefix + "bh-b"}
+
 // blackhole: two hosts (the test bed directly, and through a proxy), a stack on each; the
 // second host's traffic is dropped for blackholeFor. Meanwhile the first host's resources
 // stay Ready and a new stack on it becomes Ready; the second's show the host unreachable;
 // after the blackhole they are Ready again.
 func (s *suite) blackhole(t *testing.T) {
-	nsA, nsA2, nsB := nsPrefix+"bh-a", nsPrefix+"bh-a2", nsPrefix+"bh-b"
+	nsA, nsA2, nsB := blackholeNamespaces[0], blackholeNamespaces[1], blackholeNamespaces[2]
 	var recovered time.Duration
 	var notes []string
 	defer func() {

@@ -236,3 +236,36 @@ func (m *monitor) end() ([]string, int) {
 	defer m.mu.Unlock()
 	return m.bad, m.samples
 }
+
+// cleanHost removes what an earlier, aborted run of the suite left on the host (objects of o):
+// a domain of a namespace's name left over would not be ours to the new run's resources.
+func cleanHost(t *testing.T, pool, poolDir string, o owned) {
+	t.Helper()
+	left := leftovers(t, poolDir, o)
+	if len(left) == 0 {
+		return
+	}
+	t.Logf("removing %d objects an earlier run of the suite left: %s", len(left), strings.Join(left, ", "))
+	for _, l := range left {
+		what, name, _ := strings.Cut(l, " ")
+		var err error
+		switch what {
+		case "domain":
+			_, _ = virsh("destroy", name)
+			_, err = virsh("undefine", "--nvram", name)
+		case "pool file":
+			if _, err = virsh("vol-delete", "--pool", pool, name); err != nil {
+				err = os.Remove(filepath.Join(poolDir, name))
+			}
+		case "nvram":
+			err = os.Remove(filepath.Join(nvramDir, name))
+		}
+		if err != nil && !os.IsNotExist(err) {
+			t.Logf("removing %s: %v", l, err)
+		}
+	}
+	_, _ = virsh("pool-refresh", pool)
+	if left := leftovers(t, poolDir, o); len(left) > 0 {
+		t.Fatalf("cannot clean the host of an earlier run's objects: %s", strings.Join(left, ", "))
+	}
+}
