@@ -148,7 +148,7 @@ func (s *suite) hostB(t *testing.T, name string, port int) {
 		Credentials:   &v1alpha1.SSHCredentials{SecretRef: sel("ssh-privatekey")},
 		KnownHosts:    &v1alpha1.KnownHosts{SecretRef: sel("known_hosts")},
 		LibvirtSocket: s.tb.LibvirtSocket, URI: "qemu:///system",
-		Defaults:      v1alpha1.HostDefaults{DomainType: v1alpha1.DomainTypeQEMU, Pool: s.tb.Pool, Network: s.tb.Net},
+		Defaults: v1alpha1.HostDefaults{DomainType: v1alpha1.DomainTypeQEMU, Pool: s.tb.Pool, Network: s.tb.Net},
 	}}
 	if err := s.kube.Create(ctx, cpc); err != nil {
 		t.Fatal(err)

@@ -247,7 +247,8 @@ func cleanHost(t *testing.T, pool, poolDir string, o owned) {
 	}
 	t.Logf("removing %d objects an earlier run of the suite left: %s", len(left), strings.Join(left, ", "))
 	for _, l := range left {
-		what, name, _ := strings.Cut(l, " ")
+		i := strings.LastIndex(l, " ")
+		what, name := l[:i], l[i+1:]
 		var err error
 		switch what {
 		case "domain":
