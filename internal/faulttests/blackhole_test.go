@@ -34,12 +34,13 @@ const (
 	newBound      = time.Minute
 )
 
-// blackholeFor is how long the host stays blackholed: two minutes in the full suite.
+// blackholeFor is how long the host stays blackholed: two minutes in the full suite, in the
+// fast subset just long enough to see the host reported down.
 func blackholeFor() time.Duration {
 	if full() || os.Getenv("FAULTS_BLACKHOLE_FULL") != "" {
 		return 2 * time.Minute
 	}
-	return 45 * time.Second
+	return hostDownBound
 }
 
 // proxy forwards TCP connections from a loopback port to the test bed's sshd: a second
@@ -156,13 +157,15 @@ func (s *suite) hostB(t *testing.T, name string, port int) {
 	s.env.AllowImageServer(t, name, s.images.URL)
 }
 
-// hostDown is true when mr says its host is unreachable (host.HostDownError's message).
+// hostDown is true when mr says it cannot reach its host: the breaker's host.HostDownError
+// ("... is unreachable"), or the failed connection attempt that opened it ("cannot connect to
+// the libvirt host ...").
 func (s *suite) hostDown(mr resource.Managed) bool {
 	if err := s.kube.Get(context.Background(), client.ObjectKeyFromObject(mr), mr); err != nil {
 		return false
 	}
 	y := mr.GetCondition(xpv2.TypeSynced)
-	return y.Status == corev1.ConditionFalse && strings.Contains(y.Message, "is unreachable")
+	return y.Status == corev1.ConditionFalse && (strings.Contains(y.Message, "is unreachable") || strings.Contains(y.Message, "cannot connect to the libvirt host"))
 }
 
 // blackholeNamespaces: the first host's stack, the one made during the blackhole, the second

@@ -43,7 +43,7 @@ var killCases = []killCase{
 	{point: fp.SeedUploaded, create: true},
 	{point: fp.DomainOverlayRecord, create: true},
 	{point: fp.DomainOverlayCreated, create: true},
-	{point: fp.DomainDefined, create: true, fast: true},
+	{point: fp.DomainDefined, create: true},
 	{point: fp.DomainStarted, create: true, running: true},
 	{point: fp.BaseRemoveClaim},
 	{point: fp.BaseRemoveMarker, fast: true},
