@@ -145,7 +145,7 @@ func (s *suite) hostB(t *testing.T, name string, port int) {
 		return v1alpha1.SecretKeySelector{Namespace: "crossplane-system", Name: name + "-ssh", Key: key}
 	}
 	cpc := &v1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.ProviderConfigSpec{
-		Transport: v1alpha1.TransportSSH, Host: s.tb.SSHHost, Port: int32(port), User: s.tb.SSHUser, //nolint:gosec // a TCP port
+		Transport: v1alpha1.TransportSSH, Host: s.tb.SSHHost, Port: int32(port), User: s.tb.SSHUser,
 		Credentials:   &v1alpha1.SSHCredentials{SecretRef: sel("ssh-privatekey")},
 		KnownHosts:    &v1alpha1.KnownHosts{SecretRef: sel("known_hosts")},
 		LibvirtSocket: s.tb.LibvirtSocket, URI: "qemu:///system",
