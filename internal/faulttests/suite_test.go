@@ -53,6 +53,43 @@ type suite struct {
 
 	mu   sync.Mutex
 	rows []row
+	// sent counts the bytes the image server sent of each image, for the cases that act
+	// mid-upload.
+	sent map[string]int64
+}
+
+// slowPrefix names images the server sends slowly (256 KiB every 250 ms, 4 s for the whole
+// image), so that a case can act while they are being uploaded.
+const slowPrefix = "slow-"
+
+func (s *suite) serveImage(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimSuffix(filepath.Base(r.URL.Path), ".img")
+	b := image(name)
+	w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+	piece := len(b)
+	if strings.HasPrefix(name, slowPrefix) {
+		piece = 256 << 10
+	}
+	for off := 0; off < len(b); off += piece {
+		n, err := w.Write(b[off:min(off+piece, len(b))])
+		s.mu.Lock()
+		s.sent[name] += int64(n)
+		s.mu.Unlock()
+		if err != nil {
+			return
+		}
+		if piece < len(b) {
+			w.(http.Flusher).Flush()
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+}
+
+// sentOf returns how many bytes of image name the server sent, all requests counted.
+func (s *suite) sentOf(name string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent[name]
 }
 
 // row is one line of the results table.
@@ -95,11 +132,8 @@ func TestFaults(t *testing.T) {
 	s.kubeconfig = filepath.Join(dir, "kubeconfig")
 	writeKubeconfig(t, env.Config, s.kubeconfig)
 
-	s.images = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b := image(strings.TrimSuffix(filepath.Base(r.URL.Path), ".img"))
-		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
-		_, _ = w.Write(b)
-	}))
+	s.sent = map[string]int64{}
+	s.images = httptest.NewServer(http.HandlerFunc(s.serveImage))
 	t.Cleanup(s.images.Close)
 	env.HostConfig(t, tb, "default")
 	env.AllowImageServer(t, "default", s.images.URL)
@@ -109,6 +143,9 @@ func TestFaults(t *testing.T) {
 		o.namespaces = append(o.namespaces, fmt.Sprintf("%sk%02d", nsPrefix, i))
 	}
 	o.namespaces = append(o.namespaces, blackholeNamespaces...)
+	for _, dc := range disruptCases {
+		o.namespaces = append(o.namespaces, dc.namespace())
+	}
 	for _, ns := range o.namespaces {
 		o.digests = append(o.digests, digest(ns))
 	}
@@ -121,6 +158,9 @@ func TestFaults(t *testing.T) {
 	}
 	if run := os.Getenv("FAULTS_ONLY"); run == "" || run == "Blackhole" {
 		t.Run("Blackhole", s.blackhole)
+	}
+	if run := os.Getenv("FAULTS_ONLY"); (run == "" && full()) || run == "Disrupt" {
+		t.Run("Disrupt", s.disruptCases)
 	}
 	bad, samples := s.mon.end()
 	t.Logf("running domains sampled for their base volume: %d samples", samples)

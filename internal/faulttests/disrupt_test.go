@@ -1,0 +1,96 @@
+package faulttests
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+)
+
+// disruptCase breaks the host (not the provider) while a stack is being made or once it is
+// Ready: its daemons restarted or their connections cut mid-upload, its objects deleted out of
+// band. The provider keeps running; the stack must be Ready within recoverBound of the
+// disruption and leave nothing behind once deleted.
+type disruptCase struct {
+	name string
+	// midUpload: act once the image server has sent a quarter of the BaseImage's (slow)
+	// image; else once the stack is Ready.
+	midUpload bool
+	act       func(t *testing.T, s *suite, ns string)
+}
+
+func (dc disruptCase) namespace() string { return nsPrefix + "d-" + dc.name }
+
+var disruptCases = []disruptCase{
+	{name: "ssh-sessions-killed-mid-upload", midUpload: true, act: func(t *testing.T, s *suite, _ string) {
+		s.tb.Control(t, "kill-ssh-sessions")
+	}},
+	{name: "sshd-restarted-mid-upload", midUpload: true, act: func(t *testing.T, s *suite, _ string) {
+		s.tb.Control(t, "restart-sshd")
+	}},
+	{name: "libvirtd-restarted-mid-create", midUpload: true, act: func(t *testing.T, s *suite, _ string) {
+		s.tb.Control(t, "restart-libvirtd")
+	}},
+	{name: "deleted-out-of-band", act: func(t *testing.T, s *suite, ns string) {
+		// The domain (shut off) and the seed volume, as an operator's virsh would.
+		if _, err := virsh("undefine", "--nvram", ns+"_vm"); err != nil {
+			t.Fatal(err)
+		}
+		out, err := virsh("vol-list", "--pool", s.tb.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines(out) {
+			if name := firstField(l); len(name) > len(ns) && name[:len(ns)+1] == ns+"_" && hasSuffix(name, ".seed.iso") {
+				if _, err := virsh("vol-delete", "--pool", s.tb.Pool, name); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}},
+}
+
+func firstField(l string) string {
+	for i, c := range l {
+		if c == ' ' || c == '\t' {
+			return l[:i]
+		}
+	}
+	return l
+}
+
+func hasSuffix(s, suffix string) bool { return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix }
+
+func (s *suite) disruptCases(t *testing.T) {
+	p := s.startProvider(t, "Disrupt", "")
+	defer p.stop()
+	for _, dc := range disruptCases {
+		t.Run(dc.name, func(t *testing.T) {
+			ns := dc.namespace()
+			img := ns
+			if dc.midUpload {
+				img = slowPrefix + ns
+			}
+			var recovered time.Duration
+			defer func() { s.record(t, recovered, s.leaks(t, []string{ns}, []string{img})) }()
+			mrs := s.set(ns, "default", img, v1alpha1.PowerStateStopped)
+			s.create(t, mrs)
+			if dc.midUpload {
+				wait(t, recoverBound, "a quarter of the image sent", func() error {
+					if n := s.sentOf(img); n < imageSize/4 {
+						return fmt.Errorf("%d bytes sent", n)
+					}
+					return nil
+				})
+			} else {
+				wait(t, recoverBound, "every resource Ready", func() error { return s.notReady(mrs) })
+			}
+			dc.act(t, s, ns)
+			recovered = wait(t, recoverBound, "every resource Ready after the disruption", func() error { return s.notReady(mrs) })
+			stop := s.remove(t, mrs)
+			defer stop()
+			wait(t, recoverBound, "every resource gone after its deletion", func() error { return s.notGone(mrs) })
+		})
+	}
+}
