@@ -2,6 +2,7 @@ package faulttests
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ var disruptCases = []disruptCase{
 			t.Fatal(err)
 		}
 		for _, l := range lines(out) {
-			if name := firstField(l); len(name) > len(ns) && name[:len(ns)+1] == ns+"_" && hasSuffix(name, ".seed.iso") {
+			if name := strings.Fields(l)[0]; strings.HasPrefix(name, ns+"_") && strings.HasSuffix(name, ".seed.iso") {
 				if _, err := virsh("vol-delete", "--pool", s.tb.Pool, name); err != nil {
 					t.Fatal(err)
 				}
@@ -50,17 +51,6 @@ var disruptCases = []disruptCase{
 		}
 	}},
 }
-
-func firstField(l string) string {
-	for i, c := range l {
-		if c == ' ' || c == '\t' {
-			return l[:i]
-		}
-	}
-	return l
-}
-
-func hasSuffix(s, suffix string) bool { return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix }
 
 func (s *suite) disruptCases(t *testing.T) {
 	p := s.startProvider(t, "Disrupt", "")
