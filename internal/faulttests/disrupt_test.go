@@ -84,3 +84,29 @@ func (s *suite) disruptCases(t *testing.T) {
 		})
 	}
 }
+
+const twoProvidersNamespace = nsPrefix + "two"
+
+// twoProviders: two provider processes at once, leader election off (a rolling update or two
+// replicas without it), while a BaseImage publishes a slow image and a KVMDomain waits for it
+// to create its overlay and domain; both run until the stack is deleted. The stack must be
+// Ready and leave nothing behind, and no domain may run on a base the other process left
+// half-written (the monitor).
+func (s *suite) twoProviders(t *testing.T) {
+	ns := twoProvidersNamespace
+	img := slowPrefix + ns
+	var recovered time.Duration
+	defer func() { s.record(t, recovered, s.leaks(t, []string{ns}, []string{img})) }()
+	mrs := s.set(ns, "default", img, v1alpha1.PowerStateRunning)
+	s.create(t, mrs)
+	start := time.Now()
+	p1 := s.startProvider(t, "TwoProviders-1", "")
+	p2 := s.startProvider(t, "TwoProviders-2", "")
+	wait(t, recoverBound, "every resource Ready with two providers", func() error { return s.notReady(mrs) })
+	recovered = time.Since(start)
+	stop := s.remove(t, mrs)
+	defer stop()
+	wait(t, recoverBound, "every resource gone after its deletion with two providers", func() error { return s.notGone(mrs) })
+	p1.stop()
+	p2.stop()
+}

@@ -69,6 +69,8 @@ func (s *suite) startProvider(t *testing.T, name, killAt string, args ...string)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.kubeconfig, faultpoint.EnvKillAt+"="+killAt)
 	cmd.Stdout, cmd.Stderr = f, f
+	// A provider never outlives the test process (nor keeps the test bed's lock it inherited).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()
 		t.Fatalf("starting the provider: %v", err)

@@ -146,6 +146,7 @@ func TestFaults(t *testing.T) {
 	for _, dc := range disruptCases {
 		o.namespaces = append(o.namespaces, dc.namespace())
 	}
+	o.namespaces = append(o.namespaces, twoProvidersNamespace)
 	for _, ns := range o.namespaces {
 		o.digests = append(o.digests, digest(ns))
 	}
@@ -161,6 +162,9 @@ func TestFaults(t *testing.T) {
 	}
 	if run := os.Getenv("FAULTS_ONLY"); (run == "" && full()) || run == "Disrupt" {
 		t.Run("Disrupt", s.disruptCases)
+	}
+	if run := os.Getenv("FAULTS_ONLY"); (run == "" && full()) || run == "TwoProviders" {
+		t.Run("TwoProviders", s.twoProviders)
 	}
 	bad, samples := s.mon.end()
 	t.Logf("running domains sampled for their base volume: %d samples", samples)
