@@ -1,10 +1,16 @@
 package faulttests
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 )
@@ -32,6 +38,13 @@ var disruptCases = []disruptCase{
 	}},
 	{name: "libvirtd-restarted-mid-create", midUpload: true, act: func(t *testing.T, s *suite, _ string) {
 		s.tb.Control(t, "restart-libvirtd")
+	}},
+	{name: "ssh-secret-rotated", act: func(t *testing.T, s *suite, _ string) {
+		// Another authorized key of the test bed; the resources must stay Ready through the
+		// polls that follow (each connects with the new key).
+		s.rotateKey(t, os.Getenv("TESTBED_SSH_KEY_RSA"))
+		t.Cleanup(func() { s.rotateKey(t, s.tb.KeyFile) })
+		time.Sleep(2 * pollInterval)
 	}},
 	{name: "deleted-out-of-band", act: func(t *testing.T, s *suite, ns string) {
 		// The domain (shut off) and the seed volume, as an operator's virsh would.
@@ -109,4 +122,24 @@ func (s *suite) twoProviders(t *testing.T) {
 	wait(t, recoverBound, "every resource gone after its deletion with two providers", func() error { return s.notGone(mrs) })
 	p1.stop()
 	p2.stop()
+}
+
+// rotateKey puts the private key of file into the default host's SSH Secret.
+func (s *suite) rotateKey(t *testing.T, file string) {
+	t.Helper()
+	if file == "" {
+		t.Fatal("no key file to rotate to (TESTBED_SSH_KEY_RSA)")
+	}
+	key := s.tb.Read(t, file)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sec := &corev1.Secret{}
+		if err := s.kube.Get(context.Background(), types.NamespacedName{Namespace: "crossplane-system", Name: "default-ssh"}, sec); err != nil {
+			return err
+		}
+		sec.Data["ssh-privatekey"] = key
+		return s.kube.Update(context.Background(), sec)
+	})
+	if err != nil {
+		t.Fatalf("rotating the SSH key: %v", err)
+	}
 }
