@@ -158,9 +158,9 @@ func checkBase(path string, sums map[string]string) error {
 	return nil
 }
 
-// monitor samples the running domains of the suite every second and records every one whose
-// root disk backs onto a base volume checkBase refuses: a guest started from an unverified or
-// partial image.
+// monitor samples the domains of the suite every second, running or defined, and records every
+// one whose root disk backs onto a base volume checkBase refuses: a guest started (or to be
+// started) from an unverified or partial image.
 type monitor struct {
 	prefix  string
 	stop    chan struct{}
@@ -187,7 +187,9 @@ func (m *monitor) run() {
 			return
 		case <-tick.C:
 		}
-		out, err := virsh("list", "--name")
+		// Defined domains too: a shut-off domain's overlay must back onto a published base as
+		// well (its guest would boot from it at its next start).
+		out, err := virsh("list", "--all", "--name")
 		if err != nil {
 			continue // libvirtd restarting
 		}
@@ -221,7 +223,7 @@ func (m *monitor) check(domain string, sums map[string]string) {
 		}
 		if err != nil && !os.IsNotExist(err) {
 			m.mu.Lock()
-			m.bad = append(m.bad, fmt.Sprintf("%s %s running on %s: %v", time.Now().Format(time.TimeOnly), domain, f[3], err))
+			m.bad = append(m.bad, fmt.Sprintf("%s %s defined on %s: %v", time.Now().Format(time.TimeOnly), domain, f[3], err))
 			m.mu.Unlock()
 		}
 	}

@@ -167,9 +167,9 @@ func TestFaults(t *testing.T) {
 		t.Run("TwoProviders", s.twoProviders)
 	}
 	bad, samples := s.mon.end()
-	t.Logf("running domains sampled for their base volume: %d samples", samples)
+	t.Logf("domains sampled for their base volume: %d samples", samples)
 	for _, b := range bad {
-		t.Errorf("a domain ran on a base volume that is not a verified published image: %s", b)
+		t.Errorf("a domain was defined on a base volume that is not a verified published image: %s", b)
 	}
 }
 
