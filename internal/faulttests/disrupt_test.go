@@ -62,6 +62,23 @@ var disruptCases = []disruptCase{
 				}
 			}
 		}
+		// The resources may still say Ready the moment after: wait for the host objects to
+		// be back, so that "Ready again" below means recreated.
+		wait(t, recoverBound, "the domain and the seed volume recreated", func() error {
+			if _, err := virsh("domstate", ns+"_vm"); err != nil {
+				return err
+			}
+			out, err := virsh("vol-list", "--pool", s.tb.Pool)
+			if err != nil {
+				return err
+			}
+			for _, l := range lines(out) {
+				if name := strings.Fields(l)[0]; strings.HasPrefix(name, ns+"_") && strings.HasSuffix(name, ".seed.iso") {
+					return nil
+				}
+			}
+			return fmt.Errorf("no seed volume of %s", ns)
+		})
 	}},
 }
 
