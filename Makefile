@@ -179,6 +179,16 @@ bench-observe: deps controlplane testbed-up ## Calls and new libvirt connections
 		go test -tags bench -count=1 -timeout 60m -run '^TestObserveCost$$' ./internal/observebench/
 	@cat _output/bench-observe.txt
 
+# The fault suite (internal/faulttests, docs/testing.md): the provider as a real process, built
+# with -tags faults, SIGKILLed between the steps of creating and deleting each kind and
+# restarted with empty status; a host blackholed for two minutes while another keeps working.
+# A fast subset of it runs in make test; this runs all of it. The table: _output/faults/results.txt.
+.PHONY: test-faults
+test-faults: deps controlplane testbed-up ## The whole fault suite: kill between every two steps of each kind, a blackholed host (~25 min).
+	FAULTS_FULL=1 CI="$${CI:-}" flock /tmp/testbed.lock cluster/testbed/run-in-netns.sh \
+		go test -count=1 -p 1 -timeout 60m -v -run '^TestFaults$$' ./internal/faulttests/
+	@cat _output/faults/results.txt
+
 .PHONY: bench-boot
 bench-boot: deps controlplane testbed-up image ## Boot to squid 204: plain virsh, then through the provider; prints both.
 	IMAGE="$(TESTBED_IMAGE)" cluster/testbed/boot-check.sh | tail -n 1

@@ -14,6 +14,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
+	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
 
@@ -584,6 +585,7 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 	if err := c.ensureOwner(ctx, pool, vol, owner, asked); err != nil {
 		return Result{}, false, err
 	}
+	faultpoint.Reach(faultpoint.BaseOwnerWritten)
 	live := map[string]bool{}
 	if sweep {
 		others, err := c.otherOwners(ctx, pool, vol, owner.UID)
@@ -647,6 +649,7 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 		}
 		return Result{}, false, err
 	}
+	faultpoint.Reach(faultpoint.BaseClaimWritten)
 	unlock()
 
 	// The claim is renewed until the upload's outcome is on the host: the marker written, or
@@ -675,6 +678,7 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 		return res, false, err
 	}
 	release()
+	faultpoint.Reach(faultpoint.BaseMarkerWritten)
 	_ = c.lv.DeleteVolume(ctx, pool, ClaimName(vol)) // a stale claim of ours is harmless
 
 	img, err = c.lookup(ctx, pool, vol, owner.UID)
@@ -749,6 +753,7 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expect
 	} else if err != nil {
 		return Result{}, err
 	}
+	faultpoint.Reach(faultpoint.BaseDataCreated)
 
 	s := newImageStream(resp.Body, src.Format, total, c.dl.Limits.MaxBytes, c.dl.Limits.StallTimeout, stalled, progress)
 	uerr := c.lv.Upload(pctx, pool, vol, s, uint64(total))
@@ -769,6 +774,7 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expect
 	if s.err != nil {
 		return res, errors.Wrapf(s.err, errUpload, shownURL, vol, pool)
 	}
+	faultpoint.Reach(faultpoint.BaseUploaded)
 	// libvirt's own refresh after an upload is skipped while another volume
 	// of the pool is being built; refresh so that it reports the probed
 	// format and virtual size.
@@ -972,11 +978,13 @@ func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) (Remo
 		if err := c.writeRecord(ctx, pool, ClaimName(volume), claim); err != nil && !libvirt.IsExists(err) {
 			return Removal{}, errors.Wrapf(err, errRemove, volume, pool)
 		}
+		faultpoint.Reach(faultpoint.BaseRemoveClaim)
 	}
 	if img.HasMarker {
 		if err := c.lv.DeleteVolume(ctx, pool, MarkerName(volume)); err != nil {
 			return Removal{}, errors.Wrapf(err, errRemove, volume, pool)
 		}
+		faultpoint.Reach(faultpoint.BaseRemoveMarker)
 		// An overlay created (by another process: within this one the base lock excludes it)
 		// or an owner added between the first checks and unpublishing: publish again and
 		// leave the volume be. A KVMDomain checks the marker after creating its overlay, and
@@ -1004,6 +1012,7 @@ func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) (Remo
 		if err := c.lv.DeleteVolume(ctx, pool, n); err != nil {
 			return Removal{}, errors.Wrapf(err, errRemove, volume, pool)
 		}
+		faultpoint.Reach(faultpoint.BaseRemoveDeleted)
 	}
 	return Removal{}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+
+	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
 )
 
 // Streaming parameters.
@@ -217,6 +219,7 @@ func (s *imageStream) Read(p []byte) (int, error) {
 	if len(s.cur) == 0 {
 		s.free <- s.curBuf // capacity chunkCount: never blocks
 		s.curBuf = nil
+		faultpoint.Reach(faultpoint.BaseMidUpload)
 	}
 	s.done += int64(n)
 	s.report(false)

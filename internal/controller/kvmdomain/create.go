@@ -11,6 +11,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
+	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
@@ -74,9 +75,11 @@ func (e *external) createOverlay(ctx context.Context, t target, bp, bv string, c
 	if err := e.records.Claim(ctx, e.lv, e.host, t.pool, t.overlay, t.owner); err != nil {
 		return errors.Wrap(err, errOverlay)
 	}
+	faultpoint.Reach(faultpoint.DomainOverlayRecord)
 	if _, err := e.lv.CreateVolume(ctx, t.pool, x); err != nil && !libvirt.IsExists(err) {
 		return errors.Wrap(err, errOverlay)
 	}
+	faultpoint.Reach(faultpoint.DomainOverlayCreated)
 	if _, err := e.lv.VolumeInfo(ctx, bp, imagecache.MarkerName(bv)); err != nil {
 		if derr := e.lv.DeleteVolume(ctx, t.pool, t.overlay); derr != nil {
 			return errors.Wrapf(derr, errOverlay+": the base image volume %s is being removed, and the overlay onto it cannot be deleted", bv)
@@ -152,6 +155,7 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 	if err := e.lv.DefineDomain(ctx, x); err != nil {
 		return managed.ExternalCreation{}, err
 	}
+	faultpoint.Reach(faultpoint.DomainDefined)
 	name := t.domain
 	if cr.Spec.ForProvider.Autostart {
 		if err := e.lv.SetAutostart(ctx, name, true); err != nil {
@@ -162,6 +166,7 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 		if err := e.lv.StartDomain(ctx, name); err != nil {
 			return managed.ExternalCreation{}, err
 		}
+		faultpoint.Reach(faultpoint.DomainStarted)
 	}
 	return managed.ExternalCreation{}, nil
 }

@@ -9,6 +9,7 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
 )
@@ -29,11 +30,13 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 			if err := e.powerOff(ctx, cr, name, d.State); err != nil {
 				return managed.ExternalDelete{}, err
 			}
+			faultpoint.Reach(faultpoint.DomainPowerOff)
 			return managed.ExternalDelete{}, errors.Errorf(errWaitShutdown, shutdownGrace)
 		}
 		if err := e.lv.UndefineDomain(ctx, name); err != nil && !libvirt.IsNotFound(err) {
 			return managed.ExternalDelete{}, err
 		}
+		faultpoint.Reach(faultpoint.DomainUndefined)
 	}
 	e.shutdowns.done(cr.GetUID())
 	return managed.ExternalDelete{}, e.deleteOverlay(ctx, cr, t)
@@ -59,6 +62,7 @@ func (e *external) deleteOverlay(ctx context.Context, cr *v1alpha1.KVMDomain, t 
 		if err := e.lv.DeleteVolume(ctx, t.pool, t.overlay); err != nil && !libvirt.IsNotFound(err) {
 			return errors.Wrap(err, errDeleteOverlay)
 		}
+		faultpoint.Reach(faultpoint.DomainOverlayDeleted)
 	}
 	return errors.Wrap(e.records.Release(ctx, e.lv, e.host, t.pool, t.overlay, t.owner), errDeleteOverlay)
 }

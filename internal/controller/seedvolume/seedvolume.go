@@ -35,6 +35,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/controller/connection"
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
+	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
@@ -435,6 +436,7 @@ func (e *external) remove(ctx context.Context, t target, vol string, disks []lib
 	if err := e.storage.DeleteVolume(ctx, t.pool, vol); err != nil && !libvirt.IsNotFound(err) {
 		return errors.Wrap(err, errDelete)
 	}
+	faultpoint.Reach(faultpoint.SeedDeleteVolume)
 	return errors.Wrap(e.records.Release(ctx, e.storage, e.host, t.pool, vol, t.owner), errDelete)
 }
 
@@ -506,6 +508,7 @@ func (e *external) publish(ctx context.Context, cr *v1alpha1.SeedVolume, t targe
 	if err := e.records.Claim(ctx, e.storage, e.host, t.pool, vol, t.owner); err != nil {
 		return errors.Wrap(err, errCreate)
 	}
+	faultpoint.Reach(faultpoint.SeedRecordWritten)
 	xml, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: vol, Format: "raw", CapacityBytes: uint64(len(s.ISO))})
 	if err != nil {
 		return errors.Wrap(err, errCreate)
@@ -513,6 +516,7 @@ func (e *external) publish(ctx context.Context, cr *v1alpha1.SeedVolume, t targe
 	if _, err := e.storage.CreateVolume(ctx, t.pool, xml); err != nil && !libvirt.IsExists(err) {
 		return errors.Wrap(err, errCreate)
 	}
+	faultpoint.Reach(faultpoint.SeedVolumeCreated)
 	return e.upload(ctx, cr, t, vol, s)
 }
 
@@ -556,6 +560,7 @@ func (e *external) upload(ctx context.Context, cr *v1alpha1.SeedVolume, t target
 	if err := e.storage.Upload(ctx, t.pool, vol, bytes.NewReader(s.ISO), uint64(len(s.ISO))); err != nil {
 		return errors.Wrap(err, errUpload)
 	}
+	faultpoint.Reach(faultpoint.SeedUploaded)
 	e.recorder.Event(cr, event.Normal(reasonUploaded, "Uploaded seed ISO "+vol+" (sha256 "+s.SHA256+")"))
 	return nil
 }
