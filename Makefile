@@ -62,7 +62,7 @@ check-generate: generate ## Fail when generated files are stale (what CI runs).
 GOLANGCI_LINT ?= $(CACHE_DIR)/bin/golangci-lint
 lint: packages ## golangci-lint (.golangci.yml; built from its Go module once, ~4 min cold) and shellcheck.
 	BIN_DIR="$(CACHE_DIR)/bin" cluster/lint/build.sh
-	$(GOLANGCI_LINT) run --build-tags e2e,lan,bench ./...
+	$(GOLANGCI_LINT) run --build-tags e2e,lan,bench,faults ./...
 	shellcheck $$(git ls-files '*.sh') .ci/run
 
 .PHONY: build

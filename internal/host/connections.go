@@ -17,7 +17,7 @@ import (
 // Default pool settings.
 const (
 	DefaultDialTimeout = 15 * time.Second
-	DefaultKeepAlive   = 30 * time.Second
+	DefaultKeepAlive   = 10 * time.Second
 	DefaultIdleTimeout = 10 * time.Minute
 	// DefaultBreakerInitial is how long a host whose connection attempt failed is not
 	// dialled again; each further failure doubles it, up to DefaultBreakerMax.
