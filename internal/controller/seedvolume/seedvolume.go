@@ -373,14 +373,23 @@ func (e *external) volumesOf(ctx context.Context, cr *v1alpha1.SeedVolume, t tar
 	if err != nil {
 		return nil, errors.Wrap(err, errList)
 	}
+	return ownNames(all, cr, false), nil
+}
+
+// ownNames are the names in all of cr's volumes, sorted and once each; with records, an
+// ownership record volume stands for the volume it is the record of (which may be gone).
+func ownNames(all []string, cr *v1alpha1.SeedVolume, records bool) []string {
 	var out []string
 	for _, n := range all {
-		if names.IsSeedVolumeOf(n, cr.GetNamespace(), cr.GetName(), string(cr.GetUID())) {
+		if records {
+			n = strings.TrimSuffix(n, ownership.Suffix)
+		}
+		if names.IsSeedVolumeOf(n, cr.GetNamespace(), cr.GetName(), string(cr.GetUID())) && !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}
 	slices.Sort(out)
-	return out, nil
+	return out
 }
 
 // retire removes the retired volumes that no domain uses, each after its ownership record
@@ -465,25 +474,24 @@ func (e *external) leftovers(ctx context.Context, cr *v1alpha1.SeedVolume, t tar
 	if err != nil {
 		return nil, errors.Wrap(err, errList)
 	}
-	var out []string
+	present := map[string]bool{}
 	for _, n := range all {
-		vol := strings.TrimSuffix(n, ownership.Suffix)
-		if !names.IsSeedVolumeOf(vol, cr.GetNamespace(), cr.GetName(), string(cr.GetUID())) || slices.Contains(out, vol) {
-			continue
-		}
+		present[n] = true
+	}
+	var out []string
+	for _, vol := range ownNames(all, cr, true) {
 		verr := e.verify(ctx, t, vol)
 		switch {
 		case verr == nil:
 			out = append(out, vol)
 		case ownership.IsNotOwned(verr):
-			if n == vol {
+			if present[vol] {
 				e.recorder.Event(cr, event.Warning(reasonLeft, verr))
 			}
 		default:
 			return nil, verr
 		}
 	}
-	slices.Sort(out)
 	return out, nil
 }
 
