@@ -149,6 +149,12 @@ func (c *Cache) hold(ctx context.Context, pool, name string, b []byte) (context.
 // renew rewrites the claim with its own bytes after checking they are still there; it
 // reports the claim lost when it is gone or holds other bytes. Other failures (a cut
 // connection) are retried at the next tick: the claim goes stale only after claimStale.
+//
+// libvirt has no compare-and-swap: a holder whose renewals did not land for claimStale (so
+// another process took the claim over) and that comes back between its check and its rewrite
+// can write its bytes into the other's new claim. Both then fail safe: the other's stillOurs
+// before its marker sees a claim not its own and publishes nothing, and this holder's data
+// volume was deleted by the takeover, so its read-back fails; the next attempt starts clean.
 func (c *Cache) renew(ctx context.Context, pool, name string, b []byte) (lost bool) {
 	var buf bytes.Buffer
 	err := c.lv.Download(ctx, pool, name, &buf, 0, maxRecordBytes)

@@ -18,12 +18,17 @@ func shortLeases(t *testing.T) {
 	t.Cleanup(func() { claimRenew, claimStale = r, s })
 }
 
-// waitForClaim waits until the claim of vol exists.
+// waitForClaim waits until the upload of vol runs under its claim: the claim holds a record
+// and the data volume exists (the claim volume alone exists, empty, before its bytes are
+// written).
 func (e *env) waitForClaim(t *testing.T, ctx context.Context, vol string) {
 	t.Helper()
 	for {
-		if _, err := e.lv.Volume(ctx, e.tb.pool, ClaimName(vol)); err == nil {
-			return
+		exists, _, invalid, err := e.cache.readRecord(ctx, e.tb.pool, ClaimName(vol))
+		if err == nil && exists && invalid == nil {
+			if _, err := e.lv.Volume(ctx, e.tb.pool, vol); err == nil {
+				return
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -119,6 +124,13 @@ func TestIntegrationClaimLeases(t *testing.T) {
 		src := Source{URL: srv.URL + "/slow", SHA256: sha(data)}
 		vol := VolumeName(src)
 		owner := e.owner(t, "lost-claim")
+		// Another process takes a claim over only after it saw it unchanged for claimStale:
+		// its holder's renewals did not land (a partitioned or stopped process). So a does not
+		// renew here; a renewal racing the takeover below could write a's bytes into the claim
+		// volume the other process has just created, a race the real takeover never meets.
+		renew := claimRenew
+		claimRenew = time.Hour
+		defer func() { claimRenew = renew }()
 		a := process("process-a")
 		done := make(chan error, 1)
 		go func() { _, err := a.Publish(ctx, e.tb.pool, src, owner, nil); done <- err }()

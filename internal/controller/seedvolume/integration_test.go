@@ -116,13 +116,18 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 
 	// The volume on the host holds exactly the bytes we asked for.
 	lv := libvirt.New(tb.Connect(t))
+	download := func() ([]byte, error) {
+		var buf bytes.Buffer
+		err := lv.Download(ctx, sv.Status.AtProvider.Pool, sv.Status.AtProvider.VolumeName, &buf, 0, 0)
+		return buf.Bytes(), err
+	}
 	hostISO := func() []byte {
 		t.Helper()
-		var buf bytes.Buffer
-		if err := lv.Download(ctx, sv.Status.AtProvider.Pool, sv.Status.AtProvider.VolumeName, &buf, 0, 0); err != nil {
+		b, err := download()
+		if err != nil {
 			t.Fatal(err)
 		}
-		return buf.Bytes()
+		return b
 	}
 	files := readISO(t, hostISO())
 	if got := string(files["user-data"]); got != userData {
@@ -141,7 +146,11 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 		t.Fatalf("truncate seed volume: %v", err)
 	}
 	testenv.Eventually(t, time.Minute, "truncated seed repaired", func() error {
-		got := hostISO()
+		// The torn volume is removed and published again: it is missing for a moment.
+		got, err := download()
+		if err != nil {
+			return err
+		}
 		files, err := isoFiles(got)
 		if err != nil || len(got) != int(sv.Status.AtProvider.SizeBytes) || string(files["user-data"]) != userData {
 			return errorf("volume still damaged (%d bytes, %v)", len(got), err)
