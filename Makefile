@@ -140,7 +140,9 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # libvirtd), so two runs never share the bed.
 .PHONY: test
 test: deps controlplane tools testbed-up lan-up image ## The README's test command: all tests with real parts, the LAN's network checks, then make e2e (on the LAN).
-	CI="$${CI:-}" flock /tmp/testbed.lock cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...
+	rm -f $(TB)/run/revived.log
+	CI="$${CI:-}" flock /tmp/testbed.lock cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./... || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
+	@cat $(TB)/run/revived.log 2>/dev/null || true
 	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./cluster/lan/lantest/
 	$(MAKE) --no-print-directory e2e
 

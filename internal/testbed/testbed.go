@@ -9,10 +9,13 @@ package testbed
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -65,7 +68,35 @@ func Require(t testing.TB) *Env {
 	if self.Ino != ns.Ino || self.Dev != ns.Dev {
 		missing(t, "this test process is not inside network namespace "+e.Netns)
 	}
+	reviveOnce.Do(func() { e.reviveLibvirtd(t) })
 	return e
+}
+
+var reviveOnce sync.Once
+
+// reviveLibvirtd starts the test bed's libvirtd again when it is not running, as a host's
+// service manager would: libvirtd 9.0 has been seen to crash (a segfault) minutes after a test
+// restarted it, which would fail every later package for a fault none of them tests. Each
+// revival is logged to Dir/run/revived.log, which make test prints.
+func (e *Env) reviveLibvirtd(t testing.TB) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.Dir, "run", "libvirtd.pid"))
+	if err == nil {
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && syscall.Kill(pid, 0) == nil {
+			return
+		}
+	}
+	out, err := exec.Command(e.Ctl, "start-libvirtd").CombinedOutput()
+	note := fmt.Sprintf("%s %s: the test bed's libvirtd was not running (crashed?); started it again: %v %s\n",
+		time.Now().UTC().Format(time.RFC3339), filepath.Base(os.Args[0]), err, strings.TrimSpace(string(out)))
+	if f, ferr := os.OpenFile(filepath.Join(e.Dir, "run", "revived.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); ferr == nil {
+		_, _ = f.WriteString(note)
+		_ = f.Close()
+	}
+	t.Log(note)
+	if err != nil {
+		t.Fatalf("the test bed's libvirtd is down and did not start again: %v\n%s", err, out)
+	}
 }
 
 func missing(t testing.TB, why string) {
