@@ -155,7 +155,7 @@ test: deps controlplane tools testbed-up lan-up image ## The README's test comma
 E2E_DEPS := deps controlplane tools xpkg image
 
 .PHONY: e2e
-e2e: $(E2E_DEPS) lan-up ## Proxies end to end on two hosts across a LAN: two Proxies, a claim, squid 204 through each guest's LAN address, deletion, timeline vs plain virsh on the bridge (~11 min).
+e2e: $(E2E_DEPS) node-build lan-up ## Proxies end to end on two hosts across a LAN, Crossplane and the packages as pods on a single-node Kubernetes in netns node: two Proxies, a claim, squid 204 through each guest's LAN address, deletion, timeline vs plain virsh on the bridge (~12 min).
 	TOPOLOGY=lan cluster/e2e/run.sh
 
 .PHONY: bench-latency

@@ -37,6 +37,13 @@ esac
 WORK=${E2E_WORK:-/var/lib/provider-kvm-e2e}
 LOGS=$WORK/logs
 PIDS=$WORK/pids
+# The runtime: "node" on the LAN (make e2e): the single-node Kubernetes of cluster/node, the
+# Crossplane core as Deployments and the packages as pods under the package runtime; "local"
+# on the NAT test bed (make demo, make bench-latency): the control plane here, the core out of
+# cluster, the provider and the functions as local processes.
+if [[ $TOPOLOGY == lan ]]; then E2E_RUNTIME=${E2E_RUNTIME:-node}; else E2E_RUNTIME=${E2E_RUNTIME:-local}; fi
+NODE_DIR=${NODE_DIR:-/var/lib/provider-kvm-node}
+NODE=$REPO/cluster/node
 IMAGE=${TESTBED_IMAGE:-$CACHE_DIR/images/debian-12-testbed.qcow2}
 XPKG_DIR=${XPKG_DIR:-$REPO/_output/xpkg}
 OUT=${E2E_OUT:-$REPO/_output/e2e}
@@ -44,7 +51,8 @@ OUT=${E2E_OUT:-$REPO/_output/e2e}
 E2E_TEST=$OUT/e2e.test
 KUBECTL=$BIN/kubectl
 KUBECONFIG=$WORK/kubeconfig
-export KUBECONFIG
+[[ $E2E_RUNTIME != node ]] || KUBECONFIG=$NODE_DIR/admin.kubeconfig
+export KUBECONFIG E2E_KUBECONFIG=$KUBECONFIG
 CORE_VERSION=${CORE_VERSION:-v2.4.0}
 PKG_TAG=${PKG_TAG:-v0.0.0-e2e}
 # Provider poll interval: how often a booting KVMDomain is looked at again. Part of the
@@ -67,7 +75,7 @@ REGISTRY=127.0.0.1:$REGISTRY_PORT
 LOG_TAG=${LOG_TAG:-e2e}
 # What the Go half reads (cluster/e2e/e2etest/main_test.go, loadConfig); VCPUS, MEM_MIB,
 # GUEST_TIMEOUT, DELETE_TIMEOUT, SKIP_BASELINE and KEEP_ON_FAILURE pass through as they are.
-export E2E_WORK=$WORK E2E_IMAGE=$IMAGE E2E_REPO=$REPO E2E_OUT=$OUT CACHE_DIR PKG_TAG POLL LOG_TAG TOPOLOGY \
+export E2E_WORK=$WORK E2E_IMAGE=$IMAGE E2E_REPO=$REPO E2E_OUT=$OUT CACHE_DIR PKG_TAG POLL LOG_TAG TOPOLOGY E2E_RUNTIME NODE_DIR \
 	PROVIDER_METRICS_PORT FN_PROXY_PORT FN_AUTOREADY_PORT REGISTRY_PORT IMAGE_PORT ORIGIN_PORT
 
 log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date -u +%H:%M:%S)" "$*"; }
@@ -192,6 +200,11 @@ preflight() {
 	for b in crossplane crossplane-core function-auto-ready crane; do
 		need_file "$BIN/$b" "make tools builds it"
 	done
+	if [[ $E2E_RUNTIME == node ]]; then
+		for b in kubelet kube-proxy kube-scheduler; do
+			need_file "$BIN/$b" "make node-build builds it"
+		done
+	fi
 	for b in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
 		need_file "$XPKG_DIR/$b.xpkg" "make xpkg builds it"
 	done
@@ -220,6 +233,61 @@ preflight() {
 		CGO_ENABLED=0 go build -trimpath -o "$OUT/function-kvm-proxy" ./cmd/function) ||
 		die "go build of cmd/provider or cmd/function failed"
 	build_e2etest
+}
+
+# ------------------------------------------------------------------ the node (E2E_RUNTIME=node)
+# These run in the root namespaces (the node's scripts need the machine's cgroups and /sys).
+
+# node_bring_up: a fresh single-node Kubernetes (what an earlier run left is purged), the
+# Crossplane core and RBAC manager as Deployments, then the packages of make xpkg through the
+# package manager, the provider with the flags a DeploymentRuntimeConfig gives it (POLL,
+# PROVIDER_DEBUG). packages.sh checks that all are HEALTHY and that the provider's process runs
+# as user 2000 with no capabilities and no way to gain privileges.
+node_bring_up() {
+	local t0
+	t0=$(now)
+	PURGE=1 "$NODE/down.sh" || die "cannot stop the node of an earlier run (cluster/node/down.sh)"
+	"$NODE/up.sh" || die "the node did not come up (cluster/node/up.sh; logs in $NODE_DIR/logs)"
+	log "node up in $(elapsed "$t0")s"
+	"$NODE/crossplane.sh" || die "the Crossplane core did not come up on the node (cluster/node/crossplane.sh)"
+	log "Crossplane core and RBAC manager Available after $(elapsed "$t0")s"
+	PROVIDER_ARGS="${POLL:+--poll=$POLL}${PROVIDER_DEBUG:+ --debug}" "$NODE/packages.sh" ||
+		die "the packages did not become healthy on the node (cluster/node/packages.sh)"
+	log "node, Crossplane and packages up in $(elapsed "$t0")s"
+}
+
+# node_logs: the pods' logs into $LOGS (provider.log, ...), as the local runtime's processes
+# write theirs.
+node_logs() {
+	local name sel
+	mkdir -p "$LOGS"
+	while read -r name sel; do
+		"$NODE/kubectl.sh" -n crossplane-system logs --tail=-1 -l "$sel" >"$LOGS/$name.log" 2>&1 || true
+	done <<-EOF
+		provider pkg.crossplane.io/provider=provider-kvm
+		function-kvm-proxy pkg.crossplane.io/function=provider-kvm-function-kvm-proxy
+		function-auto-ready pkg.crossplane.io/function=crossplane-contrib-function-auto-ready
+		crossplane app=crossplane
+		rbac-manager app=crossplane-rbac-manager
+	EOF
+}
+
+# run_on_node ARGS...: bring the node up, run this script again inside netns node with ARGS
+# (the inner half), then keep the pods' logs and stop the node, on every exit; it exits with
+# the inner half's status. KEEP_ON_FAILURE=1 leaves the node running after a failure.
+run_on_node() {
+	local rc=0
+	E2E_T0=$(now)
+	export E2E_T0
+	node_bring_up
+	"$REPO/cluster/lan/exec.sh" node "$@" || rc=$?
+	node_logs
+	if ((rc != 0)) && [[ ${KEEP_ON_FAILURE:-0} == 1 ]]; then
+		warn "KEEP_ON_FAILURE=1: the node is left running (make node-down stops it)"
+	else
+		"$NODE/down.sh" >>"$NODE_DIR/logs/down.log" 2>&1 || warn "cluster/node/down.sh failed (see $NODE_DIR/logs/down.log)"
+	fi
+	exit "$rc"
 }
 
 # reexec_in_netns ARGS...: run this script again inside the topology's namespace, with its
@@ -380,6 +448,12 @@ start_servers() {
 # bring_up: the PKI and every process. The caller has done preflight and fresh_work, and runs
 # inside the namespace. The Go half then installs the packages through the API.
 bring_up() {
+	if [[ $E2E_RUNTIME == node ]]; then
+		# The outer half brought the node, the core and the packages up (run_on_node).
+		start_servers
+		log "image server and 204 origin started; node up since $(elapsed "$E2E_T0")s"
+		return
+	fi
 	E2E_T0=$(now)
 	export E2E_T0
 	make_pki

@@ -37,6 +37,7 @@ NAMESPACES=team-a,team-b
 if [[ ${1:-} != __inner ]]; then
 	log "make e2e: preflight (binaries, packages, image, test bed; topology $TOPOLOGY)"
 	preflight
+	[[ $E2E_RUNTIME != node ]] || run_on_node "$0" __inner
 	reexec_in_netns "$0" __inner
 fi
 

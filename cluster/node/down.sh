@@ -38,7 +38,7 @@ kill_all() { # kill_all LIST-FUNCTION WHAT: TERM, then KILL after 10 s
 	sleep 0.5
 }
 
-for p in kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd registry; do stop_one "$p"; done
+for p in dns kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd registry; do stop_one "$p"; done
 kill_all cgroup_pids pod
 if holder_ok; then
 	MNT_NS=$(stat -Lc %i "/proc/$(pid_of holder)/ns/mnt")

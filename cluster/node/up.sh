@@ -262,8 +262,11 @@ put "$NODE_DIR/kubelet.yaml" <<-YAML
 	  webhook: {enabled: true}
 	  x509: {clientCAFile: $PKI/ca.crt}
 	authorization: {mode: Webhook}
-	# no DNS in the test bed: pods get an empty resolv.conf
+	# no DNS in the test bed: no host resolv.conf for pods; the cluster DNS (cluster/node/dns)
+	# answers for Service names at the pods' gateway
 	resolvConf: ""
+	clusterDNS: [$POD_GW]
+	clusterDomain: cluster.local
 	# the disk and memory are shared with other work: never evict, never collect images
 	evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 	imageGCHighThresholdPercent: 100
@@ -299,9 +302,20 @@ if ! alive kube-proxy; then
 	start kube-proxy "$BIN/kube-proxy" --config="$NODE_DIR/kube-proxy.yaml"
 fi
 
+# ------------------------------------------------------------------ cluster DNS
+# Service names for the pods (the Crossplane core dials its functions by their headless
+# Services' names): cluster/node/dns on UDP port 53 of netns node, reached at cni0's address.
+if [[ ! -x $NODE_DIR/images/dns || $HERE/dns/main.go -nt $NODE_DIR/images/dns ]]; then
+	(cd "$HERE/../.." && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o "$NODE_DIR/images/dns" ./cluster/node/dns) ||
+		ndie "go build of cluster/node/dns failed"
+fi
+if ! alive dns; then
+	start dns "$NODE_DIR/images/dns" --listen=0.0.0.0:53 --kubeconfig="$KUBECONFIG_ADMIN"
+fi
+
 for ((i = 0; i < 120; i++)); do
 	[[ $(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]] && break
-	for p in containerd kubelet kube-proxy; do alive "$p" || ndie "$p exited (see $LOGS/$p.log)"; done
+	for p in containerd kubelet kube-proxy dns; do alive "$p" || ndie "$p exited (see $LOGS/$p.log)"; done
 	sleep 1
 done
 ((i < 120)) || ndie "node $NODE_NAME not Ready after 120 s (see $LOGS/kubelet.log)"

@@ -13,8 +13,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -88,6 +91,11 @@ func (e *env) diagnose(ctx context.Context, namespaces []string) {
 	} else {
 		fmt.Fprintln(w, "  (the API server does not answer)")
 	}
+	if e.cfg.Runtime == "node" {
+		if err := e.podLogs(ctx); err != nil {
+			fmt.Fprintf(w, "  (the pods' logs: %v)\n", err)
+		}
+	}
 	for _, name := range []string{"provider", "crossplane", "function-kvm-proxy", "function-auto-ready", "http-servers"} {
 		printErrors(w, filepath.Join(e.cfg.Logs, name+".log"))
 	}
@@ -110,6 +118,49 @@ func (e *env) diagnose(ctx context.Context, namespaces []string) {
 			}
 		}
 	}
+}
+
+// podLogs writes the logs of the provider's, the functions' and the core's pods to
+// cfg.Logs/NAME.log, where the local runtime's processes write theirs (the kubelet serves them
+// through the API server).
+func (e *env) podLogs(ctx context.Context) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", e.cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for _, l := range []struct{ name, selector string }{
+		{"provider", "pkg.crossplane.io/provider=provider-kvm"},
+		{"function-kvm-proxy", "pkg.crossplane.io/function=" + fnProxy},
+		{"function-auto-ready", "pkg.crossplane.io/function=" + fnAutoReady},
+		{"crossplane", "app=crossplane"},
+	} {
+		pods, err := cs.CoreV1().Pods("crossplane-system").List(ctx, metav1.ListOptions{LabelSelector: l.selector})
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		var out []byte
+		for _, p := range pods.Items {
+			b, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("logs of pod %s: %v", p.Name, err))
+				continue
+			}
+			out = append(out, b...)
+		}
+		if err := os.WriteFile(filepath.Join(e.cfg.Logs, l.name+".log"), out, 0o600); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // printWarnings prints the last 15 events that are not Normal.

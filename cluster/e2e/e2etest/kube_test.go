@@ -152,11 +152,14 @@ func (e *env) apply(ctx context.Context, file string, vals map[string]string) er
 func (e *env) values() map[string]string {
 	a, b := e.cfg.hostNames()
 	base := filepath.Base(e.cfg.Image)
-	img := func(dir string) string { return fmt.Sprintf("http://127.0.0.1:%d/%s/%s", e.cfg.ImagePort, dir, base) }
+	img := func(dir string) string {
+		return fmt.Sprintf("http://%s/%s/%s", net.JoinHostPort(e.cfg.ImageHost, fmt.Sprint(e.cfg.ImagePort)), dir, base)
+	}
 	return map[string]string{
 		"REGISTRY":       fmt.Sprintf("127.0.0.1:%d", e.cfg.RegistryPort),
 		"PKG_TAG":        e.cfg.PkgTag,
 		"IMAGE_PORT":     fmt.Sprint(e.cfg.ImagePort),
+		"IMAGE_HOST":     e.cfg.ImageHost,
 		"IMAGE_SHA256":   e.imageSHA256,
 		"IMAGE_URL_A":    img("a"),
 		"IMAGE_URL_B":    img("b"),
@@ -263,74 +266,16 @@ func (e *env) install(ctx context.Context) error {
 		return err
 	}
 
-	// Functions: local processes serving mTLS; a paused FunctionRevision for each whose
-	// status.endpoint points at it, under the names the Compositions use.
-	for _, fn := range []struct {
-		name, image string
-		port        int
-	}{
-		{fnProxy, fmt.Sprintf("127.0.0.1:%d/provider-kvm/function-kvm-proxy:%s", e.cfg.RegistryPort, e.cfg.PkgTag), e.cfg.FnProxyPort},
-		{fnAutoReady, "xpkg.crossplane.io/crossplane-contrib/function-auto-ready:v0.7.0", e.cfg.FnAutoReadyPort},
-	} {
-		if err := e.apply(ctx, "functionrevision.yaml", with(vals, "FN_NAME", fn.name, "FN_IMAGE", fn.image)); err != nil {
-			return err
-		}
-		fr := &pkgv1.FunctionRevision{ObjectMeta: metav1.ObjectMeta{Name: fn.name + "-local"}}
-		patch := fmt.Sprintf(`{"status":{"endpoint":"127.0.0.1:%d","capabilities":["composition"]}}`, fn.port)
-		if err := e.c.Status().Patch(ctx, fr, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-			return fmt.Errorf("FunctionRevision %s status: %w", fr.Name, err)
-		}
-		logf("FunctionRevision %s -> 127.0.0.1:%d (mTLS)", fr.Name, fn.port)
-	}
-
-	// The provider's managed resource CRDs arrive as ManagedResourceDefinitions (safe-start):
-	// the activation policy activates them.
-	if err := e.apply(ctx, "activation-policy.yaml", vals); err != nil {
-		return err
-	}
-	if err := e.apply(ctx, "packages.yaml", vals); err != nil {
-		return err
-	}
-
-	// With --package-runtime=External nobody plays the runtime's part: the establisher waits
-	// for status.tlsServerSecretName (the webhook TLS Secret) before it installs the CRDs.
 	var rev string
-	if err := waitFor(ctx, "a ProviderRevision of provider-kvm", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
-		l := &pkgv1.ProviderRevisionList{}
-		if err := e.c.List(ctx, l, client.MatchingLabels{"pkg.crossplane.io/package": "provider-kvm"}); err != nil {
-			return err
-		}
-		if len(l.Items) == 0 {
-			return errors.New("the package manager has created none (see logs/crossplane.log)")
-		}
-		rev = l.Items[0].Name
-		return nil
-	}); err != nil {
-		return err
+	var err error
+	if e.cfg.Runtime == "node" {
+		// cluster/node/packages.sh installed the packages before the test: the package
+		// runtime runs the provider and both functions as pods.
+		rev, err = e.packagesAsPods(ctx)
+	} else {
+		rev, err = e.installLocal(ctx, vals)
 	}
-	pki := filepath.Join(e.cfg.Work, "pki", "fn-server")
-	data := map[string][]byte{}
-	for key, f := range map[string]string{"tls.crt": "tls.crt", "tls.key": "tls.key", "ca.crt": "ca.crt"} {
-		b, err := os.ReadFile(filepath.Join(pki, f))
-		if err != nil {
-			return err
-		}
-		data[key] = b
-	}
-	if err := e.ensureSecret(ctx, "crossplane-system", "provider-kvm-tls-server", data); err != nil {
-		return err
-	}
-	pr := &pkgv1.ProviderRevision{ObjectMeta: metav1.ObjectMeta{Name: rev}}
-	if err := e.c.Status().Patch(ctx, pr, client.RawPatch(types.MergePatchType, []byte(`{"status":{"tlsServerSecretName":"provider-kvm-tls-server"}}`))); err != nil {
-		return fmt.Errorf("ProviderRevision %s status: %w", rev, err)
-	}
-	logf("ProviderRevision %s: status.tlsServerSecretName set by hand", rev)
-	if err := waitFor(ctx, "ProviderRevision "+rev+" RevisionHealthy", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
-		if err := e.c.Get(ctx, client.ObjectKey{Name: rev}, pr); err != nil {
-			return err
-		}
-		return conditionTrue("ProviderRevision", rev, pr.GetCondition(pkgv1.TypeRevisionHealthy))
-	}); err != nil {
+	if err != nil {
 		return err
 	}
 	for _, p := range []string{"baseimages", "seedvolumes", "kvmdomains", "providerconfigs", "clusterproviderconfigs", "providerconfigusages"} {
@@ -424,6 +369,192 @@ func (e *env) install(ctx context.Context) error {
 	return nil
 }
 
+// installLocal plays the package runtime's part for the local runtime (functions and provider
+// as local processes, --package-runtime=External): FunctionRevisions whose endpoints point at
+// the local functions, the packages, and the provider revision's webhook TLS Secret.
+func (e *env) installLocal(ctx context.Context, vals map[string]string) (string, error) {
+	// Functions: local processes serving mTLS; a paused FunctionRevision for each whose
+	// status.endpoint points at it, under the names the Compositions use.
+	for _, fn := range []struct {
+		name, image string
+		port        int
+	}{
+		{fnProxy, fmt.Sprintf("127.0.0.1:%d/provider-kvm/function-kvm-proxy:%s", e.cfg.RegistryPort, e.cfg.PkgTag), e.cfg.FnProxyPort},
+		{fnAutoReady, "xpkg.crossplane.io/crossplane-contrib/function-auto-ready:v0.7.0", e.cfg.FnAutoReadyPort},
+	} {
+		if err := e.apply(ctx, "functionrevision.yaml", with(vals, "FN_NAME", fn.name, "FN_IMAGE", fn.image)); err != nil {
+			return "", err
+		}
+		fr := &pkgv1.FunctionRevision{ObjectMeta: metav1.ObjectMeta{Name: fn.name + "-local"}}
+		patch := fmt.Sprintf(`{"status":{"endpoint":"127.0.0.1:%d","capabilities":["composition"]}}`, fn.port)
+		if err := e.c.Status().Patch(ctx, fr, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			return "", fmt.Errorf("FunctionRevision %s status: %w", fr.Name, err)
+		}
+		logf("FunctionRevision %s -> 127.0.0.1:%d (mTLS)", fr.Name, fn.port)
+	}
+
+	// The provider's managed resource CRDs arrive as ManagedResourceDefinitions (safe-start):
+	// the activation policy activates them.
+	if err := e.apply(ctx, "activation-policy.yaml", vals); err != nil {
+		return "", err
+	}
+	if err := e.apply(ctx, "packages.yaml", vals); err != nil {
+		return "", err
+	}
+
+	// With --package-runtime=External nobody plays the runtime's part: the establisher waits
+	// for status.tlsServerSecretName (the webhook TLS Secret) before it installs the CRDs.
+	rev, err := e.providerRevision(ctx)
+	if err != nil {
+		return "", err
+	}
+	pki := filepath.Join(e.cfg.Work, "pki", "fn-server")
+	data := map[string][]byte{}
+	for key, f := range map[string]string{"tls.crt": "tls.crt", "tls.key": "tls.key", "ca.crt": "ca.crt"} {
+		b, err := os.ReadFile(filepath.Join(pki, f))
+		if err != nil {
+			return "", err
+		}
+		data[key] = b
+	}
+	if err := e.ensureSecret(ctx, "crossplane-system", "provider-kvm-tls-server", data); err != nil {
+		return "", err
+	}
+	pr := &pkgv1.ProviderRevision{ObjectMeta: metav1.ObjectMeta{Name: rev}}
+	if err := e.c.Status().Patch(ctx, pr, client.RawPatch(types.MergePatchType, []byte(`{"status":{"tlsServerSecretName":"provider-kvm-tls-server"}}`))); err != nil {
+		return "", fmt.Errorf("ProviderRevision %s status: %w", rev, err)
+	}
+	logf("ProviderRevision %s: status.tlsServerSecretName set by hand", rev)
+	return rev, e.revisionHealthy(ctx, &pkgv1.ProviderRevision{}, rev)
+}
+
+// providerRevision waits for the ProviderRevision of provider-kvm and returns its name.
+func (e *env) providerRevision(ctx context.Context) (string, error) {
+	var rev string
+	err := waitFor(ctx, "a ProviderRevision of provider-kvm", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+		l := &pkgv1.ProviderRevisionList{}
+		if err := e.c.List(ctx, l, client.MatchingLabels{"pkg.crossplane.io/package": "provider-kvm"}); err != nil {
+			return err
+		}
+		if len(l.Items) == 0 {
+			return errors.New("the package manager has created none (see the core's log)")
+		}
+		rev = l.Items[0].Name
+		return nil
+	})
+	return rev, err
+}
+
+// revisionHealthy waits until the package revision name (a ProviderRevision or a
+// FunctionRevision, per rev's type) is RevisionHealthy.
+func (e *env) revisionHealthy(ctx context.Context, rev interface {
+	client.Object
+	GetCondition(xpv2.ConditionType) xpv2.Condition
+}, name string) error {
+	kind := strings.TrimPrefix(fmt.Sprintf("%T", rev), "*v1.")
+	return waitFor(ctx, kind+" "+name+" RevisionHealthy", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+		if err := e.c.Get(ctx, client.ObjectKey{Name: name}, rev); err != nil {
+			return err
+		}
+		return conditionTrue(kind, name, rev.GetCondition(pkgv1.TypeRevisionHealthy))
+	})
+}
+
+// packagesAsPods checks what cluster/node/packages.sh installed, as the package runtime runs
+// it: the Provider's and both Functions' current revisions are healthy, each has a Running pod,
+// and the provider's pod runs as user 2000 without privilege escalation (packages.sh also read
+// the process's own uid, NoNewPrivs and capabilities on the node). It returns the provider's
+// revision.
+func (e *env) packagesAsPods(ctx context.Context) (string, error) {
+	p := &pkgv1.Provider{}
+	if err := e.c.Get(ctx, client.ObjectKey{Name: "provider-kvm"}, p); err != nil {
+		return "", fmt.Errorf("Provider provider-kvm (cluster/node/packages.sh installs it): %w", err)
+	}
+	rev := p.Status.CurrentRevision
+	if err := e.revisionHealthy(ctx, &pkgv1.ProviderRevision{}, rev); err != nil {
+		return "", err
+	}
+	pod, err := e.revisionPod(ctx, "pkg.crossplane.io/revision", rev)
+	if err != nil {
+		return "", err
+	}
+	var c *corev1.Container
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == "package-runtime" {
+			c = &pod.Spec.Containers[i]
+		}
+	}
+	switch sc := podSecurity(pod, c); {
+	case c == nil:
+		return "", fmt.Errorf("provider pod %s has no container package-runtime", pod.Name)
+	case sc.user != 2000 || sc.escalation || sc.privileged:
+		return "", fmt.Errorf("provider pod %s: runAsUser %d, allowPrivilegeEscalation %v, privileged %v: want 2000, false, false", pod.Name, sc.user, sc.escalation, sc.privileged)
+	}
+	logf("provider revision %s healthy; pod %s (ServiceAccount %s) Running as user 2000, no privilege escalation", rev, pod.Name, pod.Spec.ServiceAccountName)
+	for _, fn := range []string{fnProxy, fnAutoReady} {
+		f := &pkgv1.Function{}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: fn}, f); err != nil {
+			return "", fmt.Errorf("Function %s: %w", fn, err)
+		}
+		if err := e.revisionHealthy(ctx, &pkgv1.FunctionRevision{}, f.Status.CurrentRevision); err != nil {
+			return "", err
+		}
+		pod, err := e.revisionPod(ctx, "pkg.crossplane.io/revision", f.Status.CurrentRevision)
+		if err != nil {
+			return "", err
+		}
+		logf("function revision %s healthy; pod %s Running", f.Status.CurrentRevision, pod.Name)
+	}
+	return rev, nil
+}
+
+// revisionPod waits for a Running pod in crossplane-system with the label key=value.
+func (e *env) revisionPod(ctx context.Context, key, value string) (*corev1.Pod, error) {
+	var pod *corev1.Pod
+	err := waitFor(ctx, "a Running pod of "+value, time.Second, 240*time.Second, func(ctx context.Context) error {
+		l := &corev1.PodList{}
+		if err := e.c.List(ctx, l, client.InNamespace("crossplane-system"), client.MatchingLabels{key: value}); err != nil {
+			return err
+		}
+		for i := range l.Items {
+			if l.Items[i].Status.Phase == corev1.PodRunning {
+				pod = &l.Items[i]
+				return nil
+			}
+		}
+		return fmt.Errorf("%d pods, none Running", len(l.Items))
+	})
+	return pod, err
+}
+
+// security is what a container's effective security context says.
+type security struct {
+	user                   int64
+	escalation, privileged bool
+}
+
+// podSecurity is c's security context over its pod's (the container's fields win); an unset
+// allowPrivilegeEscalation counts as allowed, as it is for a container without no_new_privs.
+func podSecurity(pod *corev1.Pod, c *corev1.Container) security {
+	s := security{user: -1, escalation: true}
+	if psc := pod.Spec.SecurityContext; psc != nil && psc.RunAsUser != nil {
+		s.user = *psc.RunAsUser
+	}
+	if c == nil || c.SecurityContext == nil {
+		return s
+	}
+	if c.SecurityContext.RunAsUser != nil {
+		s.user = *c.SecurityContext.RunAsUser
+	}
+	if c.SecurityContext.AllowPrivilegeEscalation != nil {
+		s.escalation = *c.SecurityContext.AllowPrivilegeEscalation
+	}
+	if c.SecurityContext.Privileged != nil {
+		s.privileged = *c.SecurityContext.Privileged
+	}
+	return s
+}
+
 // ensureSecret creates the Secret or updates its data.
 func (e *env) ensureSecret(ctx context.Context, ns, name string, data map[string][]byte) error {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
@@ -451,10 +582,29 @@ func (e *env) secretData(ctx context.Context, ns, name string) (map[string][]byt
 	return s.Data, nil
 }
 
-// providerAlive: the provider answers on its metrics address (without it, deleting through
-// Kubernetes would wait on finalizers forever).
+// providerAlive: the provider answers on its metrics address, or (as a pod) its Provider is
+// Healthy with a Ready pod; without it, deleting through Kubernetes would wait on finalizers
+// forever.
 func (e *env) providerAlive(ctx context.Context) bool {
-	return httpStatus(ctx, nil, fmt.Sprintf("http://127.0.0.1:%d/metrics", e.cfg.ProviderMetricsPort), 5*time.Second) == 200
+	if e.cfg.Runtime != "node" {
+		return httpStatus(ctx, nil, fmt.Sprintf("http://127.0.0.1:%d/metrics", e.cfg.ProviderMetricsPort), 5*time.Second) == 200
+	}
+	p := &pkgv1.Provider{}
+	if e.c.Get(ctx, client.ObjectKey{Name: "provider-kvm"}, p) != nil || p.GetCondition(pkgv1.TypeHealthy).Status != corev1.ConditionTrue {
+		return false
+	}
+	l := &corev1.PodList{}
+	if e.c.List(ctx, l, client.InNamespace("crossplane-system"), client.MatchingLabels{"pkg.crossplane.io/revision": p.Status.CurrentRevision}) != nil {
+		return false
+	}
+	for _, pod := range l.Items {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ------------------------------------------------------------------ environment

@@ -82,7 +82,15 @@ type config struct {
 	// one host in netns kvmhost reached on its loopback, guests on libvirt's NAT network).
 	Topology string
 	// Netns is the network namespace the tests run in (node or kvmhost).
-	Netns                       string
+	Netns string
+	// Runtime is "node" (make e2e: the single-node Kubernetes of cluster/node, Crossplane
+	// and the packages as pods, installed by cluster/node/packages.sh before the test) or
+	// "local" (make demo and make bench-latency: the control plane and the Crossplane core out of
+	// cluster, the provider and the functions as local processes, cluster/e2e/lib.sh).
+	Runtime string
+	// ImageHost is the address the image server listens on and BaseImages fetch from: the
+	// node's LAN address when the provider runs in a pod, else 127.0.0.1.
+	ImageHost                   string
 	SSHUser, SSHKey, KnownHosts string
 	LibvirtSocket, LibvirtURI   string // as each host's sshd session sees them
 	Hosts                       []hostConfig
@@ -168,6 +176,7 @@ func loadConfig() config {
 		SkipBaseline:        os.Getenv("SKIP_BASELINE") == "1",
 		KeepOnFailure:       os.Getenv("KEEP_ON_FAILURE") == "1",
 		Topology:            getenv("TOPOLOGY", "nat"),
+		Runtime:             getenv("E2E_RUNTIME", "local"),
 	}
 	if c.Topology == "lan" {
 		c.lanHosts()
@@ -175,7 +184,11 @@ func loadConfig() config {
 		c.natHost()
 	}
 	c.Logs = filepath.Join(c.Work, "logs")
-	c.Kubeconfig = filepath.Join(c.Work, "kubeconfig")
+	c.Kubeconfig = getenv("E2E_KUBECONFIG", filepath.Join(c.Work, "kubeconfig"))
+	c.ImageHost = "127.0.0.1"
+	if c.Runtime == "node" && c.OriginIP != "" {
+		c.ImageHost = c.OriginIP
+	}
 	if s := os.Getenv("E2E_T0"); s != "" {
 		if f, err := strconv.ParseFloat(s, 64); err == nil {
 			c.BringUpStart = time.Unix(0, int64(f*1e9))

@@ -97,7 +97,7 @@ func listen(ctx context.Context, addr string, h http.Handler) (func() error, err
 	}, nil
 }
 
-// serveMain is -e2e.serve: the image server on 127.0.0.1:IMAGE_PORT and the 204 origin on the
+// serveMain is -e2e.serve: the image server on ImageHost:IMAGE_PORT and the 204 origin on the
 // guests' gateway (NAT) or node's LAN address, port ORIGIN_PORT (the guests reach it there), until SIGTERM. lib.sh
 // starts it as a process, for make e2e and for make demo (whose Proxy keeps probing the origin).
 func serveMain() int {
@@ -119,7 +119,7 @@ func serveMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	imageAddr := fmt.Sprintf("127.0.0.1:%d", cfg.ImagePort)
+	imageAddr := net.JoinHostPort(cfg.ImageHost, fmt.Sprint(cfg.ImagePort))
 	originAddr := net.JoinHostPort(bridge, fmt.Sprint(cfg.OriginPort))
 	waitImage, err := listen(ctx, imageAddr, imageHandler(cfg.Image))
 	if err != nil {
@@ -171,7 +171,7 @@ func httpGet(ctx context.Context, proxy *url.URL, u string, timeout time.Duratio
 
 // waitServers waits until the image server serves the image and the origin answers 204.
 func (e *env) waitServers(ctx context.Context) error {
-	img := fmt.Sprintf("http://127.0.0.1:%d/a/%s", e.cfg.ImagePort, filepath.Base(e.cfg.Image))
+	img := fmt.Sprintf("http://%s/a/%s", net.JoinHostPort(e.cfg.ImageHost, fmt.Sprint(e.cfg.ImagePort)), filepath.Base(e.cfg.Image))
 	return waitFor(ctx, "the image server and the 204 origin (process http-servers)", 500*time.Millisecond, 60*time.Second, func(ctx context.Context) error {
 		if c, err := httpHead(ctx, img); c != http.StatusOK {
 			return fmt.Errorf("HEAD %s: %d %v", img, c, err)
