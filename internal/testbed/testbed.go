@@ -89,7 +89,7 @@ func (e *Env) reviveLibvirtd(t testing.TB) {
 	out, err := exec.Command(e.Ctl, "start-libvirtd").CombinedOutput()
 	note := fmt.Sprintf("%s %s: the test bed's libvirtd was not running (crashed?); started it again: %v %s\n",
 		time.Now().UTC().Format(time.RFC3339), filepath.Base(os.Args[0]), err, strings.TrimSpace(string(out)))
-	if f, ferr := os.OpenFile(filepath.Join(e.Dir, "run", "revived.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); ferr == nil {
+	if f, ferr := os.OpenFile(filepath.Join(e.Dir, "run", "revived.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); ferr == nil {
 		_, _ = f.WriteString(note)
 		_ = f.Close()
 	}

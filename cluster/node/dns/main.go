@@ -64,7 +64,7 @@ func run(listen, kubeconfig, domain string) error {
 	if !cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced) {
 		return fmt.Errorf("the Service and EndpointSlice caches did not sync")
 	}
-	pc, err := net.ListenPacket("udp", listen)
+	pc, err := (&net.ListenConfig{}).ListenPacket(ctx, "udp", listen)
 	if err != nil {
 		return err
 	}
