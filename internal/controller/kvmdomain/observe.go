@@ -295,15 +295,14 @@ func (e *external) baseChanged(ctx context.Context, cr *v1alpha1.KVMDomain, o *d
 
 // seedChanged says so when the SeedVolume's content differs from the one the domain was defined with.
 func (e *external) seedChanged(ctx context.Context, cr *v1alpha1.KVMDomain, o *domainxml.Owner) string {
+	if o.SeedSHA256 == "" {
+		return ""
+	}
+	seed := e.seedVolume(ctx, cr)
+	if seed == nil || seed.Status.AtProvider.ISOSHA256 == "" || seed.Status.AtProvider.ISOSHA256 == o.SeedSHA256 {
+		return ""
+	}
 	p := cr.Spec.ForProvider
-	if p.SeedVolumeName == nil || o.SeedSHA256 == "" {
-		return ""
-	}
-	seed := &v1alpha1.SeedVolume{}
-	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.SeedVolumeName}, seed); err != nil ||
-		seed.Status.AtProvider.ISOSHA256 == "" || seed.Status.AtProvider.ISOSHA256 == o.SeedSHA256 {
-		return ""
-	}
 	return fmt.Sprintf("SeedVolume %s has new content since the domain was defined; the domain's cdrom is switched to it once it is verified, and the guest reads it at its next boot (cloud-init re-runs per-instance modules only for a new instance-id)",
 		*p.SeedVolumeName)
 }
@@ -312,16 +311,25 @@ func (e *external) seedChanged(ctx context.Context, cr *v1alpha1.KVMDomain, o *d
 // content, once it is Ready; nil when there is no seed or it is not Ready (nothing to switch
 // to yet).
 func (e *external) seedWanted(ctx context.Context, cr *v1alpha1.KVMDomain) *domainxml.Volume {
+	seed := e.seedVolume(ctx, cr)
+	if seed == nil || seed.GetCondition(xpv2.TypeReady).Reason != xpv2.ReasonAvailable || seed.Status.AtProvider.VolumeName == "" {
+		return nil
+	}
+	return seedOf(seed, e.defaults.Pool)
+}
+
+// seedVolume is the SeedVolume cr's spec names, in cr's namespace, as the cache holds it; nil
+// when it names none or it cannot be read (the callers then have nothing to compare with).
+func (e *external) seedVolume(ctx context.Context, cr *v1alpha1.KVMDomain) *v1alpha1.SeedVolume {
 	p := cr.Spec.ForProvider
 	if p.SeedVolumeName == nil || *p.SeedVolumeName == "" {
 		return nil
 	}
 	seed := &v1alpha1.SeedVolume{}
-	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.SeedVolumeName}, seed); err != nil ||
-		seed.GetCondition(xpv2.TypeReady).Reason != xpv2.ReasonAvailable || seed.Status.AtProvider.VolumeName == "" {
+	if err := e.kube.Get(ctx, types.NamespacedName{Namespace: cr.GetNamespace(), Name: *p.SeedVolumeName}, seed); err != nil {
 		return nil
 	}
-	return seedOf(seed, e.defaults.Pool)
+	return seed
 }
 
 // seedCurrent is false when the domain's seed cdrom reads another volume than the
