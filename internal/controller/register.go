@@ -12,21 +12,25 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 )
 
 // SetupGated adds all controllers to mgr. Controllers of managed resources register with
 // o.Gate and start only once their CRDs are installed and established (safe-start). They
 // share pool: one SSH connection per host.
-// events, when not nil, feeds libvirt domain events to the KVMDomain controller.
+// events, when not nil, feeds libvirt domain events to the KVMDomain controller. The BaseImage
+// and KVMDomain controllers share one image cache state (imagecache.NewShared): its base
+// locks order a base image's removal against the creation of overlays onto it.
 func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher) error {
 	if err := config.Setup(mgr, o); err != nil {
 		return err
 	}
-	if err := baseimage.Setup(mgr, o, conns); err != nil {
+	images := imagecache.NewShared()
+	if err := baseimage.Setup(mgr, o, conns, images); err != nil {
 		return err
 	}
 	if err := seedvolume.Setup(mgr, o, conns); err != nil {
 		return err
 	}
-	return kvmdomain.Setup(mgr, o, conns, events)
+	return kvmdomain.Setup(mgr, o, conns, events, images)
 }

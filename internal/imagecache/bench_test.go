@@ -32,7 +32,7 @@ func BenchmarkUploadThroughput(b *testing.B) {
 	}
 	srv := newImageServer(b, data)
 	sum := sha(data)
-	cache := New(lv, downloadsFor(b, allowServers(b, srv.Server)))
+	cache := New(lv, NewShared(), downloadsFor(b, allowServers(b, srv.Server)))
 	owner := Owner{UID: uniqueName("bench"), Namespace: "bench", Name: "throughput"}
 	ctx := ctxT(b, 30*time.Minute)
 	uri := func(transport string) string {

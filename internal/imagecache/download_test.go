@@ -232,7 +232,7 @@ func TestDownloadPolicy(t *testing.T) {
 			if tc.args.useDefaultResolver {
 				mods = nil
 			}
-			c := New(nil, downloadsFor(t, tc.args.policy, mods...))
+			c := New(nil, NewShared(), downloadsFor(t, tc.args.policy, mods...))
 			// Trust the TLS test server's certificate.
 			c.http.Transport.(*guard).rt.(*http.Transport).TLSClientConfig = tlsToImage.Client().Transport.(*http.Transport).TLSClientConfig //nolint:forcetypeassert // ours
 			before := map[*countingServer]int32{}
@@ -421,7 +421,7 @@ func TestDownloadLimits(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			c := New(nil, downloadsFor(t, allowServers(t, srv), func(d *Downloads) {
+			c := New(nil, NewShared(), downloadsFor(t, allowServers(t, srv), func(d *Downloads) {
 				d.Limits.MaxBytes, d.Limits.HeaderTimeout, d.Limits.StallTimeout = 1<<20, time.Second, time.Second
 			}))
 			start := time.Now()
@@ -451,7 +451,7 @@ func TestDownloadLimits(t *testing.T) {
 }
 
 func TestLimitsDefaults(t *testing.T) {
-	c := New(nil, Downloads{})
+	c := New(nil, NewShared(), Downloads{})
 	tr := c.http.Transport.(*guard).rt.(*http.Transport) //nolint:forcetypeassert // ours
 	got := fmt.Sprintf("max %d header %v stall %v; transport proxy %v, keep-alives off %v, header timeout %v, compression off %v; resolver %T",
 		c.dl.Limits.MaxBytes, c.dl.Limits.HeaderTimeout, c.dl.Limits.StallTimeout, tr.Proxy != nil, tr.DisableKeepAlives, tr.ResponseHeaderTimeout, tr.DisableCompression, c.dl.Resolver)

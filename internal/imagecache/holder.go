@@ -3,10 +3,6 @@ package imagecache
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -24,27 +20,12 @@ import (
 // own clock is stale, whatever the clocks of the host and of the holder say. A fresh claim of
 // another holder is never deleted, whichever BaseImage it names: two provider processes
 // reconciling the same BaseImage (a rolling update, two replicas without leader election) wait
-// for each other instead of deleting each other's upload.
-var (
-	claimRenew = 5 * time.Second
-	claimStale = 30 * time.Second
-)
+// for each other instead of deleting each other's upload. The periods are Shared's
+// (timing.claimRenew, timing.claimStale).
 
 // errClaimLost ends an upload whose claim another process removed or replaced: it must not
 // publish, and must not delete what may be that process's data now.
 var errClaimLost = errors.New("the upload's claim was removed or replaced by another process, which must have judged it stale; this upload is abandoned")
-
-// processHolder names this process in the claims it writes: the host name (a pod's name in a
-// cluster), the PID and a random suffix, so that a restarted process is another holder.
-var processHolder = func() string {
-	h, _ := os.Hostname()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return h + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b)
-}()
-
-// WithHolder sets the holder name written into claims (default: one per process).
-func WithHolder(h string) Option { return func(c *Cache) { c.holder = h } }
 
 // lease is what a reader knows of a claim it does not hold.
 type lease int
@@ -65,14 +46,14 @@ const (
 type claimClock struct {
 	mu   sync.Mutex
 	seen map[string]claimSeen
+	// stale is claimStale: how long an unchanged mtime stays fresh.
+	stale time.Duration
 }
 
 type claimSeen struct {
 	mtime string
 	since time.Time
 }
-
-var claims = &claimClock{seen: map[string]claimSeen{}}
 
 // judge returns the lease of the claim volume key whose mtime is mtime, at now.
 func (k *claimClock) judge(key, mtime string, now time.Time) lease {
@@ -86,7 +67,7 @@ func (k *claimClock) judge(key, mtime string, now time.Time) lease {
 		k.seen[key] = claimSeen{mtime: mtime, since: now}
 		return leaseFresh
 	}
-	if now.Sub(s.since) < claimStale {
+	if now.Sub(s.since) < k.stale {
 		return leaseFresh
 	}
 	return leaseStale
@@ -111,7 +92,7 @@ func (c *Cache) claimLease(img Image) lease {
 	if !img.HasClaim {
 		return leaseUnknown
 	}
-	return claims.judge(c.memoKey(img.Pool, ClaimName(img.Volume)), img.ClaimModified, c.now())
+	return c.sh.claims.judge(c.memoKey(img.Pool, ClaimName(img.Volume)), img.ClaimModified, c.now())
 }
 
 // hold renews the claim volume name of pool, whose content is b, every claimRenew until the
@@ -123,7 +104,7 @@ func (c *Cache) hold(ctx context.Context, pool, name string, b []byte) (context.
 	quit := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(claimRenew)
+		t := time.NewTicker(c.sh.timing.claimRenew)
 		defer t.Stop()
 		for {
 			select {

@@ -151,6 +151,7 @@ func newImageServer(t testing.TB, data []byte) *imageServer {
 // removed when the test ends.
 type env struct {
 	tb    *testbed
+	sh    *Shared
 	lv    *libvirt.Client
 	dl    Downloads
 	cache *Cache
@@ -161,14 +162,15 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	tb := requireTestbed(t)
 	lv := libvirt.New(tb.conn, libvirt.WithSocket(tb.cfg.Socket))
-	return &env{tb: tb, lv: lv, cache: New(lv, Downloads{Config: testConfig})}
+	sh := NewShared()
+	return &env{tb: tb, sh: sh, lv: lv, cache: New(lv, sh, Downloads{Config: testConfig})}
 }
 
 // serve makes e's cache download from srv, allowing exactly its address and
 // port, as a ClusterProviderConfig's imageSources would.
 func (e *env) serve(t *testing.T, srv *imageServer, mods ...func(*Downloads)) {
 	e.dl = downloadsFor(t, allowServers(t, srv.Server), mods...)
-	e.cache = New(e.lv, e.dl)
+	e.cache = New(e.lv, e.sh, e.dl)
 }
 
 func (e *env) owner(t *testing.T, name string) Owner {
@@ -275,7 +277,7 @@ func TestIntegrationPublishQCOW2(t *testing.T) {
 	}
 
 	// A restarted provider (new connection, new objects, no status) finds it.
-	fresh := New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.dl)
+	fresh := New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.sh, e.dl)
 	got, err := fresh.Lookup(ctx, e.tb.pool, src, owner.UID)
 	if err != nil {
 		t.Fatalf("Lookup after restart: %v", err)
@@ -721,7 +723,7 @@ func TestIntegrationSameURLDifferentDigests(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	e.dl = downloadsFor(t, allowServers(t, srv))
-	e.cache = New(e.lv, e.dl)
+	e.cache = New(e.lv, e.sh, e.dl)
 	a, b := e.owner(t, "a"), e.owner(t, "b")
 	srcX := Source{URL: srv.URL + "/debian.qcow2", SHA256: sha(x)}
 	srcY := Source{URL: srv.URL + "/debian.qcow2", SHA256: sha(y)}
@@ -772,7 +774,7 @@ func TestIntegrationRestoredClusterReattaches(t *testing.T) {
 	restored.Namespace = old.Namespace
 	srv.Close() // nothing is downloaded again
 	alive := func(_ context.Context, uid string) (bool, error) { return uid == restored.UID, nil }
-	after := New(e.lv, e.dl, WithLiveness(alive))
+	after := New(e.lv, e.sh, e.dl, WithLiveness(alive))
 	again, err := after.Publish(ctx, e.tb.pool, src, restored, nil)
 	if err != nil || !again.Reused || again.Image.Volume != res.Image.Volume {
 		t.Fatalf("Publish after the restore = %+v, %v; want attached to %s", again, err, res.Image.Volume)
@@ -806,7 +808,7 @@ func TestIntegrationConcurrentOwners(t *testing.T) {
 	}
 	caches := make([]*Cache, len(owners))
 	for i := range owners {
-		caches[i] = New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.dl)
+		caches[i] = New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.sh, e.dl)
 	}
 	var uploads atomic.Int32
 	run := func(fn func(i int) error, idx ...int) {
@@ -1134,7 +1136,7 @@ func TestIntegrationSweep(t *testing.T) {
 	x, y := uniqueQCOW2(t), uniqueQCOW2(t)
 	srvX, srvY := newImageServer(t, x), newImageServer(t, y)
 	e.dl = downloadsFor(t, allowServers(t, srvX.Server, srvY.Server))
-	e.cache = New(e.lv, e.dl)
+	e.cache = New(e.lv, e.sh, e.dl)
 	gone, live := e.owner(t, "gone"), e.owner(t, "live")
 	srcX, srcY := Source{URL: srvX.URL + "/img", SHA256: sha(x)}, Source{URL: srvY.URL + "/img", SHA256: sha(y)}
 	if _, err := e.cache.Publish(ctx, e.tb.pool, srcX, gone, nil); err != nil {
@@ -1144,7 +1146,7 @@ func TestIntegrationSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	alive := func(_ context.Context, uid string) (bool, error) { return uid != gone.UID, nil }
-	removed, kept, err := New(e.lv, e.dl, WithLiveness(alive)).Sweep(ctx, e.tb.pool)
+	removed, kept, err := New(e.lv, e.sh, e.dl, WithLiveness(alive)).Sweep(ctx, e.tb.pool)
 	if err != nil || !slices.Contains(removed, VolumeName(srcX)) || slices.Contains(removed, VolumeName(srcY)) {
 		t.Fatalf("Sweep = removed %v, kept %v, %v; want %s removed and %s kept", removed, kept, err, VolumeName(srcX), VolumeName(srcY))
 	}

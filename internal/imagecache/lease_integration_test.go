@@ -11,12 +11,8 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
 
-// shortLeases makes claims renew every 200 ms and go stale after 2 s, for one test.
-func shortLeases(t *testing.T) {
-	r, s := claimRenew, claimStale
-	claimRenew, claimStale = 200*time.Millisecond, 2*time.Second
-	t.Cleanup(func() { claimRenew, claimStale = r, s })
-}
+// shortLeases makes the claims of e's caches renew every 200 ms and go stale after 2 s.
+func (e *env) shortLeases() { e.sh.setClaimPeriods(200*time.Millisecond, 2*time.Second) }
 
 // waitForClaim waits until the upload of vol runs under its claim: the claim holds a record
 // and the data volume exists (the claim volume alone exists, empty, before its bytes are
@@ -44,15 +40,16 @@ func (e *env) waitForClaim(t *testing.T, ctx context.Context, vol string) {
 // waited for until it goes stale, and only then cleaned; and an upload whose claim another
 // process took over stops without publishing or deleting anything of that process.
 func TestIntegrationClaimLeases(t *testing.T) {
-	shortLeases(t)
 	e := newEnv(t)
+	e.shortLeases()
+	claimStale := e.sh.timing.claimStale
 	data := uniqueQCOW2(t)
 	srv := newImageServer(t, data)
 	e.serve(t, srv)
 	src := Source{URL: srv.URL + "/slow", SHA256: sha(data)}
 	vol := VolumeName(src)
 	process := func(holder string) *Cache {
-		return New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.dl, WithHolder(holder))
+		return New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.sh, e.dl, WithHolder(holder))
 	}
 
 	t.Run("TwoProcessesOneBaseImage", func(t *testing.T) {
@@ -128,9 +125,9 @@ func TestIntegrationClaimLeases(t *testing.T) {
 		// its holder's renewals did not land (a partitioned or stopped process). So a does not
 		// renew here; a renewal racing the takeover below could write a's bytes into the claim
 		// volume the other process has just created, a race the real takeover never meets.
-		renew := claimRenew
-		claimRenew = time.Hour
-		defer func() { claimRenew = renew }()
+		renew := e.sh.timing.claimRenew
+		e.sh.timing.claimRenew = time.Hour
+		defer func() { e.sh.timing.claimRenew = renew }()
 		a := process("process-a")
 		done := make(chan error, 1)
 		go func() { _, err := a.Publish(ctx, e.tb.pool, src, owner, nil); done <- err }()

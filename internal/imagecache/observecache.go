@@ -10,20 +10,14 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
 
-// Recheck is how long Lookup trusts a record (marker or claim) it read on its volume's
-// fingerprint (capacity and allocation) alone: at most the provider's sync period (1 h by
-// default). A record whose fingerprint changed is read at once. Publish and Remove, which
-// write and delete, never use what is remembered: they read every record.
-var Recheck = time.Hour
-
-// seen is what Lookup remembers of a host's records and data volumes, by address, pool and
-// volume name. It is shared by every Cache of the process (a Cache lives for one reconcile).
-var seen = &memo{m: map[string]memoEntry{}, now: time.Now}
-
+// memo is what Lookup remembers of a host's records and data volumes, by address, pool and
+// volume name (Cache.memoKey). One per process, on Shared.
 type memo struct {
 	mu  sync.Mutex
 	m   map[string]memoEntry
 	now func() time.Time
+	// recheck is how long a record is trusted on its fingerprint alone (DefaultRecheck).
+	recheck time.Duration
 }
 
 // memoEntry is a record read with its fingerprint, or a data volume's path.
@@ -35,15 +29,11 @@ type memoEntry struct {
 	at      time.Time
 }
 
-func (c *Cache) memoKey(pool, name string) string {
-	return c.lv.Address() + "\x00" + pool + "\x00" + name
-}
-
 func (m *memo) get(k string, fp libvirt.VolumeInfo) (memoEntry, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.m[k]
-	if !ok || e.fp != fp || m.now().Sub(e.at) >= Recheck {
+	if !ok || e.fp != fp || m.now().Sub(e.at) >= m.recheck {
 		return memoEntry{}, false
 	}
 	return e, true
@@ -65,18 +55,20 @@ func (m *memo) put(k string, e memoEntry) {
 // forget drops what is remembered of volume, its marker and claim, and the owner record of
 // ownerUID: Publish and Remove call it before and after they change them.
 func (c *Cache) forget(pool, volume, ownerUID string) {
-	seen.mu.Lock()
-	defer seen.mu.Unlock()
+	m := c.sh.memo
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, n := range []string{volume, MarkerName(volume), ClaimName(volume), OwnerName(volume, ownerUID)} {
-		delete(seen.m, c.memoKey(pool, n))
+		delete(m.m, c.memoKey(pool, n))
 	}
 }
 
 // forgetRecord drops what is remembered of the record volume name.
 func (c *Cache) forgetRecord(pool, name string) {
-	seen.mu.Lock()
-	defer seen.mu.Unlock()
-	delete(seen.m, c.memoKey(pool, name))
+	m := c.sh.memo
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, c.memoKey(pool, name))
 }
 
 // statRecord is readRecord for Lookup: one call for the record volume's fingerprint, and a
@@ -90,7 +82,7 @@ func (c *Cache) statRecord(ctx context.Context, pool, name string) (exists bool,
 		return false, nil, nil, errors.Wrapf(err, errReadRecord, name, pool)
 	}
 	k := c.memoKey(pool, name)
-	if e, ok := seen.get(k, fp); ok {
+	if e, ok := c.sh.memo.get(k, fp); ok {
 		return true, e.rec, e.invalid, nil
 	}
 	exists, rec, invalid, err = c.readRecord(ctx, pool, name)
@@ -98,6 +90,6 @@ func (c *Cache) statRecord(ctx context.Context, pool, name string) (exists bool,
 		return exists, nil, nil, err
 	}
 	// Keyed by the fingerprint taken before the read: a change since shows as another.
-	seen.put(k, memoEntry{fp: fp, rec: rec, invalid: invalid})
+	c.sh.memo.put(k, memoEntry{fp: fp, rec: rec, invalid: invalid})
 	return true, rec, invalid, nil
 }

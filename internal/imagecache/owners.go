@@ -2,17 +2,11 @@ package imagecache
 
 import (
 	"context"
-	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
-
-// tornGrace is how long an owner record that does not parse is given to be completed by its
-// writer (creating and filling a record takes milliseconds) before it is taken for the debris
-// of a writer that died between the two.
-var tornGrace = time.Second
 
 // ensureOwner adds the owner record of owner to vol, recording what the BaseImage asked for.
 // A record of owner that records another source (the spec was edited), or is torn, is
@@ -92,12 +86,8 @@ func (c *Cache) ownerLive(ctx context.Context, pool, vol, name string) (Record, 
 	}
 	if !valid(rec, invalid) {
 		// Its writer may be filling it right now: look again once it had time to.
-		t := time.NewTimer(tornGrace)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Record{}, false, ctx.Err()
-		case <-t.C:
+		if err := sleep(ctx, c.sh.timing.tornGrace); err != nil {
+			return Record{}, false, err
 		}
 		if exists, rec, invalid, err = c.readRecord(ctx, pool, name); err != nil || !exists {
 			return Record{}, false, err

@@ -192,7 +192,8 @@ func TestVerifyUpload(t *testing.T) {
 
 func TestClaimClockJudge(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	k := &claimClock{seen: map[string]claimSeen{}}
+	claimStale := defaultTiming().claimStale
+	k := &claimClock{seen: map[string]claimSeen{}, stale: claimStale}
 	steps := []struct {
 		reason string
 		mtime  string

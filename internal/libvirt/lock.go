@@ -53,26 +53,3 @@ func retryBusy(ctx context.Context, fn func() error) error {
 		d = min(2*d, busyBackoffMax)
 	}
 }
-
-// baseLocks holds one lock per (host address, pool) that orders the removal of a cached base
-// volume (internal/imagecache) against the creation of overlays backing onto one
-// (internal/controller/kvmdomain). It is not the lock of the pool-mutating calls (poolLocks),
-// which its holders call while holding it.
-var baseLocks sync.Map // string -> chan struct{}
-
-// LockBases takes the base-volume lock of pool on the host at address, waiting no longer than
-// ctx allows, and returns the unlock func. Within one process, nothing may create an overlay
-// onto a base volume of pool, nor decide that one is unused and remove it, without holding it.
-func LockBases(ctx context.Context, address, pool string) (func(), error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	v, _ := baseLocks.LoadOrStore(address+"\x00"+pool, make(chan struct{}, 1))
-	ch := v.(chan struct{}) //nolint:forcetypeassert // only chans are stored
-	select {
-	case ch <- struct{}{}:
-		return sync.OnceFunc(func() { <-ch }), nil
-	case <-ctx.Done():
-		return nil, errors.Wrapf(ctx.Err(), "gave up waiting for another operation on the base images of pool %s", pool)
-	}
-}

@@ -37,6 +37,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/metrics"
 	"github.com/provider-kvm/provider-kvm/internal/testbed"
 	"github.com/provider-kvm/provider-kvm/internal/testenv"
@@ -125,10 +126,11 @@ func TestObserveCost(t *testing.T) {
 	events := domainevents.New(logging.NewNopLogger())
 	conns := host.NewConnections(host.WithOnLibvirt(events.Attach))
 	t.Cleanup(func() { _ = conns.Close() })
+	images := imagecache.NewShared()
 	env.Run(t, poll, config.Setup,
-		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns) },
+		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, images) },
 		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns) },
-		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, events) },
+		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, events, images) },
 	)
 	ctx := context.Background()
 	kube := env.Client

@@ -32,6 +32,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/names"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
 	"github.com/provider-kvm/provider-kvm/internal/testbed"
@@ -116,10 +117,11 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 	env.HostConfig(t, tb, "default")
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
+	images := imagecache.NewShared()
 	env.Run(t, 2*time.Second, config.Setup,
-		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns) },
+		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, images) },
 		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns) },
-		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, nil) },
+		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, nil, images) },
 	)
 	ctx := context.Background()
 	kube := env.Client

@@ -119,8 +119,10 @@ const (
 
 // Setup adds the BaseImage controller; it starts once the BaseImage CRD is established.
 // A finished publish job requeues its BaseImage at once (done), so it turns Ready the moment
-// the image is verified, not at the next poll.
-func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) error {
+// the image is verified, not at the next poll. images is the process's image cache state
+// (what Lookup remembers, the claim clock, the base locks), shared with the KVMDomain
+// controller.
+func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, images *imagecache.Shared) error {
 	done := make(chan ctrlevent.TypedGenericEvent[client.Object], jobsDoneBuffer)
 	js := newJobs(func(nn types.NamespacedName) {
 		select {
@@ -150,7 +152,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 			return &connector{
 				jobs: js, recorder: rec,
 				conn:  connection.NewConnector(mgr.GetClient(), conns, rec),
-				alive: listUIDs(mgr.GetAPIReader()),
+				alive: listUIDs(mgr.GetAPIReader()), images: images,
 			}
 		},
 	})
@@ -185,6 +187,8 @@ type connector struct {
 	alive uidLister
 	// resolver resolves image hosts; nil is the system's. Tests point names at loopback.
 	resolver imagecache.Resolver
+	// images is the process's image cache state (imagecache.NewShared).
+	images *imagecache.Shared
 }
 
 // uidLister lists the UIDs of every BaseImage in the cluster.
@@ -222,7 +226,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	dl.Resolver = c.resolver
 	return &external{
 		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, policy: key, now: time.Now,
-		cache: imagecache.New(s.Libvirt(), dl, imagecache.WithLiveness(rememberAlive(c.alive))),
+		cache: imagecache.New(s.Libvirt(), c.images, dl, imagecache.WithLiveness(rememberAlive(c.alive))),
 	}, nil
 }
 

@@ -73,7 +73,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	env.HostConfig(t, tb, "default")
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
-	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns) })
+	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, imagecache.NewShared()) })
 
 	dir := t.TempDir()
 	imgA, shaA := qcow2(t, dir, "a.qcow2", 64)

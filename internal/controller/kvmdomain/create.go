@@ -49,44 +49,28 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target
 	return e.createOverlay(ctx, t, bp, bv, capacity, format)
 }
 
-// createOverlay creates the overlay onto the base volume bv of pool bp. The removal of an unused
-// base takes the same lock between its check for overlays and its delete, so no overlay of
-// this process appears in between. Another process's removal unpublishes (deletes the marker)
-// before its last check: the marker is looked at again once the overlay exists, and an overlay
-// onto a base going away is deleted again (nothing booted from it yet).
+// createOverlay creates the overlay onto the base volume bv of pool bp, through the image
+// cache's one way of doing so (imagecache.Shared.CreateOverlay): only while the base is
+// published, and never between a removal's check for overlays and its delete.
 func (e *external) createOverlay(ctx context.Context, t target, bp, bv string, capacity uint64, format string) error {
-	unlock, err := libvirt.LockBases(ctx, e.host, bp)
-	if err != nil {
-		return errors.Wrap(err, errOverlay)
-	}
-	defer unlock()
-	if _, err := e.lv.VolumeInfo(ctx, bp, imagecache.MarkerName(bv)); err != nil {
-		return errors.Wrapf(err, errBaseGone, bv)
-	}
-	bvol, err := e.lv.Volume(ctx, bp, bv)
-	if err != nil {
-		return errors.Wrap(err, errOverlay)
-	}
-	x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: t.overlay, Format: "qcow2", CapacityBytes: capacity,
-		BackingStorePath: bvol.Path, BackingStoreFormat: format})
-	if err != nil {
-		return errors.Wrap(err, errOverlay)
-	}
-	if err := e.records.Claim(ctx, e.lv, e.host, t.pool, t.overlay, t.owner); err != nil {
-		return errors.Wrap(err, errOverlay)
-	}
-	faultpoint.Reach(faultpoint.DomainOverlayRecord)
-	if _, err := e.lv.CreateVolume(ctx, t.pool, x); err != nil && !libvirt.IsExists(err) {
-		return errors.Wrap(err, errOverlay)
-	}
-	faultpoint.Reach(faultpoint.DomainOverlayCreated)
-	if _, err := e.lv.VolumeInfo(ctx, bp, imagecache.MarkerName(bv)); err != nil {
-		if derr := e.lv.DeleteVolume(ctx, t.pool, t.overlay); derr != nil {
-			return errors.Wrapf(derr, errOverlay+": the base image volume %s is being removed, and the overlay onto it cannot be deleted", bv)
+	create := func(basePath string) error {
+		x, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: t.overlay, Format: "qcow2", CapacityBytes: capacity,
+			BackingStorePath: basePath, BackingStoreFormat: format})
+		if err != nil {
+			return err
 		}
-		return errors.Wrapf(err, errBaseGone, bv)
+		if err := e.records.Claim(ctx, e.lv, e.host, t.pool, t.overlay, t.owner); err != nil {
+			return err
+		}
+		faultpoint.Reach(faultpoint.DomainOverlayRecord)
+		if _, err := e.lv.CreateVolume(ctx, t.pool, x); err != nil && !libvirt.IsExists(err) {
+			return err
+		}
+		faultpoint.Reach(faultpoint.DomainOverlayCreated)
+		return nil
 	}
-	return nil
+	undo := func() error { return e.lv.DeleteVolume(ctx, t.pool, t.overlay) }
+	return errors.Wrap(e.images.CreateOverlay(ctx, e.lv, bp, bv, create, undo), errOverlay)
 }
 
 // diskToGrow returns how many bytes the overlay lacks of diskSizeGiB (0: none).

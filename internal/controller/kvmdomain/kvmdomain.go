@@ -25,6 +25,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
@@ -54,7 +55,6 @@ const (
 	errImportForeign = "cannot import domain %s: it belongs to %s/%s (UID %s), and a domain managed by another resource is never imported"
 	errResizeOverlay = "cannot grow the root disk overlay"
 	errNotABase      = "BaseImage %s reports volume %q, which is not a cached base image volume"
-	errBaseGone      = "the base image volume %s is not published on the host (it is being removed, or not yet re-published)"
 )
 
 // Connection detail keys: the guest's address, for a connection Secret.
@@ -77,7 +77,9 @@ const (
 // events (from the watcher the host connections feed, see internal/domainevents), a domain's
 // lifecycle and guest agent events reconcile its KVMDomain at once; nil means polls only. A
 // BaseImage or SeedVolume turning Ready reconciles the KVMDomains that name it (inputwatch.go).
-func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher) error {
+// images is the process's image cache state, shared with the BaseImage controller: overlays
+// are created through it (imagecache.Shared.CreateOverlay).
+func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher, images *imagecache.Shared) error {
 	watches := inputWatches(mgr.GetCache(), mgr.GetClient())
 	if events != nil {
 		watches = append(watches, events.Source())
@@ -96,7 +98,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 			return &connector{
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns,
 				conn:    connection.NewConnector(mgr.GetClient(), conns, rec),
-				records: ownership.NewRecords(),
+				records: ownership.NewRecords(), images: images,
 			}
 		},
 	})
@@ -108,11 +110,13 @@ type connector struct {
 	conn      *connection.Connector
 	shutdowns *shutdowns
 	records   *ownership.Records
+	images    *imagecache.Shared
 }
 
 // Host is what the external client needs of a libvirt host; *libvirt.Client is one.
 type Host interface {
 	ownership.Storage
+	imagecache.OverlayHost
 	Domain(ctx context.Context, name string) (libvirt.DomainInfo, error)
 	DomainIPv4(ctx context.Context, name, mac, source string) (string, error)
 	DefineDomain(ctx context.Context, xml string) error
@@ -134,7 +138,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 	return &external{
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, defaults: s.Defaults, source: s.Source,
 		lv: s.Libvirt(), dial: s.DialContext,
-		records: c.records, host: s.Address(), importsAllowed: s.ImportsAllowed,
+		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
 	}, nil
 }
 
@@ -147,6 +151,7 @@ type external struct {
 	lv        Host
 	dial      probe.DialFunc
 	records   *ownership.Records
+	images    *imagecache.Shared
 	host      string // the host's address, for the records' cache
 	// importsAllowed: the config lets this resource import existing domains.
 	importsAllowed bool

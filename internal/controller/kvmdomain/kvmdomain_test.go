@@ -114,7 +114,7 @@ func withOverlay(record bool) hostSetup {
 func newExt(h *fakeHost, imports bool) *external {
 	return &external{lv: h, recorder: event.NewNopRecorder(), shutdowns: &shutdowns{m: map[types.UID]time.Time{}},
 		defaults: v1alpha1.HostDefaults{Pool: pool, Network: "default", DomainType: "qemu"}, source: "ClusterProviderConfig/default",
-		records: ownership.NewRecords(), host: "root@h:22", importsAllowed: imports,
+		records: ownership.NewRecords(), images: imagecache.NewShared(), host: "root@h:22", importsAllowed: imports,
 		kube: nil}
 }
 

@@ -1,13 +1,18 @@
-// Package fakestorage is an in-memory libvirt storage pool for unit tests: volumes are byte
-// slices, errors are libvirt's own (so libvirt.IsNotFound and IsExists work), and every call
-// is counted.
+// Package fakestorage is an in-memory libvirt host for unit tests: storage pools whose volumes
+// are byte slices, and the disks of domains. Errors are libvirt's own (so libvirt.IsNotFound
+// and IsExists work), deleting a missing volume succeeds as with libvirt.Client, and every
+// call is counted. It serves the calls of the ownership records, the SeedVolume and KVMDomain
+// controllers and the image cache (imagecache.Host).
 package fakestorage
 
 import (
 	"bytes"
 	"context"
 	"io"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
@@ -21,6 +26,16 @@ type Storage struct {
 	mu    sync.Mutex
 	vols  map[string]*vol // pool "/" name
 	Disks []libvirt.DomainDisk
+	// Addr is the host's address (Address); "fake" when empty.
+	Addr string
+	// Inactive lists pools that exist but are not active: AllPools reports them, their
+	// volumes cannot be listed.
+	Inactive []string
+	// NoTimestamps makes volumes report no mtime (Volume.ModifiedAt ""), as pools without
+	// timestamps do.
+	NoTimestamps bool
+	// tick is the mtime of the next change: each create or upload advances it by a second.
+	tick  int
 	Calls map[string]int
 	// Created holds the XML of each volume created, by pool "/" name.
 	Created map[string]string
@@ -60,6 +75,29 @@ func (s *Storage) Put(pool, name string, data []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.vols[pool+"/"+name] = &vol{info: info(pool, name, uint64(len(data))), data: append([]byte(nil), data...)}
+	s.touch(s.vols[pool+"/"+name])
+}
+
+// PutOverlay stores a qcow2 volume that backs onto the file backingPath.
+func (s *Storage) PutOverlay(pool, name, backingPath string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := &vol{info: info(pool, name, 0), data: []byte{}}
+	v.info.Format, v.info.BackingStorePath, v.info.BackingStoreFormat = "qcow2", backingPath, "qcow2"
+	s.vols[pool+"/"+name] = v
+	s.touch(v)
+}
+
+// Path is the path of volume name of pool on the fake host.
+func Path(pool, name string) string { return "/pool/" + pool + "/" + name }
+
+// touch advances the volume's mtime, as a write does on a host with timestamps.
+func (s *Storage) touch(v *vol) {
+	s.tick++
+	v.info.ModifiedAt = ""
+	if !s.NoTimestamps {
+		v.info.ModifiedAt = strconv.Itoa(s.tick) + ".0"
+	}
 }
 
 // Get returns a volume's content and whether it exists.
@@ -87,7 +125,7 @@ func (s *Storage) Names(pool string) []string {
 }
 
 func info(pool, name string, capacity uint64) libvirt.Volume {
-	return libvirt.Volume{Pool: pool, Name: name, Key: "/pool/" + pool + "/" + name, Path: "/pool/" + pool + "/" + name,
+	return libvirt.Volume{Pool: pool, Name: name, Key: Path(pool, name), Path: Path(pool, name),
 		Type: "file", Format: "raw", CapacityBytes: capacity}
 }
 
@@ -150,6 +188,13 @@ func (s *Storage) CreateVolume(_ context.Context, pool, x string) (libvirt.Volum
 	if sv.Target != nil && sv.Target.Format != nil {
 		v.info.Format = sv.Target.Format.Type
 	}
+	if b := sv.BackingStore; b != nil {
+		v.info.BackingStorePath = b.Path
+		if b.Format != nil {
+			v.info.BackingStoreFormat = b.Format.Type
+		}
+	}
+	s.touch(v)
 	s.vols[pool+"/"+sv.Name] = v
 	s.Created[pool+"/"+sv.Name] = x
 	return v.info, nil
@@ -171,6 +216,7 @@ func (s *Storage) Upload(_ context.Context, pool, name string, r io.Reader, leng
 		return NotFound
 	}
 	v.data = b
+	s.touch(v)
 	if uint64(len(b)) > v.info.CapacityBytes {
 		v.info.CapacityBytes = uint64(len(b))
 	}
@@ -202,15 +248,12 @@ func (s *Storage) Download(_ context.Context, pool, name string, w io.Writer, of
 	return err
 }
 
-// DeleteVolume deletes a volume.
+// DeleteVolume deletes a volume; one already gone is success, as with libvirt.Client.
 func (s *Storage) DeleteVolume(_ context.Context, pool, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.call("DeleteVolume", pool, name); err != nil {
 		return err
-	}
-	if _, ok := s.vols[pool+"/"+name]; !ok {
-		return NotFound
 	}
 	delete(s.vols, pool+"/"+name)
 	return nil
@@ -258,5 +301,77 @@ func (s *Storage) VolumeNames(_ context.Context, pool string) ([]string, error) 
 		}
 	}
 	slices.Sort(out)
+	return out, nil
+}
+
+// Address returns Addr, or "fake".
+func (s *Storage) Address() string {
+	if s.Addr == "" {
+		return "fake"
+	}
+	return s.Addr
+}
+
+// VolumePhysicalBytes returns the size of the volume's content (a file's st_size).
+func (s *Storage) VolumePhysicalBytes(_ context.Context, pool, name string) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("VolumePhysicalBytes", pool, name); err != nil {
+		return 0, err
+	}
+	v, ok := s.vols[pool+"/"+name]
+	if !ok {
+		return 0, NotFound
+	}
+	return uint64(len(v.data)), nil
+}
+
+// RefreshPool does nothing but count the call (and fail as Fail says).
+func (s *Storage) RefreshPool(_ context.Context, pool string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.call("RefreshPool", pool, "")
+}
+
+// Volumes lists the volumes of pool, sorted by name; an inactive pool fails.
+func (s *Storage) Volumes(_ context.Context, pool string) ([]libvirt.Volume, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("Volumes", pool, ""); err != nil {
+		return nil, err
+	}
+	if slices.Contains(s.Inactive, pool) {
+		return nil, golibvirt.Error{Code: uint32(golibvirt.ErrOperationInvalid), Message: "storage pool '" + pool + "' is not active"}
+	}
+	var out []libvirt.Volume
+	for _, v := range s.vols {
+		if v.info.Pool == pool {
+			vi := v.info
+			vi.AllocationBytes = allocation(v.data)
+			out = append(out, vi)
+		}
+	}
+	slices.SortFunc(out, func(a, b libvirt.Volume) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// AllPools lists every pool that holds a volume (active) and the Inactive ones, by name.
+func (s *Storage) AllPools(context.Context) ([]libvirt.Pool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("AllPools", "", ""); err != nil {
+		return nil, err
+	}
+	active := map[string]bool{}
+	for _, v := range s.vols {
+		active[v.info.Pool] = true
+	}
+	for _, p := range s.Inactive {
+		active[p] = false
+	}
+	out := make([]libvirt.Pool, 0, len(active))
+	for _, name := range slices.Sorted(maps.Keys(active)) {
+		out = append(out, libvirt.Pool{Name: name, Type: "dir", Path: "/pool/" + name, Active: active[name]})
+	}
 	return out, nil
 }

@@ -1,0 +1,87 @@
+package imagecache
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+)
+
+// Host is what a Cache needs of a libvirt host: exactly the calls the image protocol makes.
+// *libvirt.Client is one; so is fakestorage.Storage, an in-memory host for tests.
+type Host interface {
+	// Address names the host; it keys what Shared remembers and locks.
+	Address() string
+	Volume(ctx context.Context, pool, name string) (libvirt.Volume, error)
+	VolumeInfo(ctx context.Context, pool, name string) (libvirt.VolumeInfo, error)
+	VolumePhysicalBytes(ctx context.Context, pool, name string) (uint64, error)
+	VolumeNames(ctx context.Context, pool string) ([]string, error)
+	Volumes(ctx context.Context, pool string) ([]libvirt.Volume, error)
+	CreateVolume(ctx context.Context, pool, xml string) (libvirt.Volume, error)
+	DeleteVolume(ctx context.Context, pool, name string) error
+	Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error
+	Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error
+	RefreshPool(ctx context.Context, pool string) error
+	AllPools(ctx context.Context) ([]libvirt.Pool, error)
+	DomainDisks(ctx context.Context) ([]libvirt.DomainDisk, error)
+}
+
+var _ Host = (*libvirt.Client)(nil)
+
+// Liveness tells whether the BaseImage with uid still exists in the cluster. Owner records
+// of UIDs it denies are stale: Publish and Remove delete them. It must not deny a UID on
+// stale knowledge (ask the API server, not a cache that may lag behind).
+type Liveness func(ctx context.Context, uid string) (bool, error)
+
+// Cache publishes, looks up and removes BaseImage volumes on one host. It lives for one
+// reconcile; what outlives it (what Lookup remembers, the claim clock, the base locks) is
+// on the Shared it was made with.
+type Cache struct {
+	lv     Host
+	sh     *Shared
+	dl     Downloads
+	http   *http.Client
+	now    func() time.Time
+	alive  Liveness
+	holder string
+}
+
+// An Option configures a Cache.
+type Option func(*Cache)
+
+// WithClock sets the clock used for record times and durations.
+func WithClock(now func() time.Time) Option { return func(c *Cache) { c.now = now } }
+
+// WithLiveness lets the Cache delete owner records of BaseImages that no longer exist.
+// Without it, no other owner's record is ever deleted.
+func WithLiveness(l Liveness) Option { return func(c *Cache) { c.alive = l } }
+
+// WithHolder sets the holder name written into claims (default: the Shared's, one per
+// process).
+func WithHolder(h string) Option { return func(c *Cache) { c.holder = h } }
+
+// New returns a Cache that reaches the host through lv, remembers and locks through sh (one
+// per process, see NewShared) and downloads what dl allows, within its limits: every URL,
+// redirect and dialed address is checked against dl.Policy, no proxy is used, and the
+// response headers, stalls and the image size are bounded.
+func New(lv Host, sh *Shared, dl Downloads, opts ...Option) *Cache {
+	dl = dl.withDefaults()
+	c := &Cache{lv: lv, sh: sh, dl: dl, http: newHTTPClient(dl), now: time.Now, holder: sh.holder}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// lock takes the base lock of pool (see Shared.CreateOverlay): within the process, no
+// overlay appears between a removal's check for users and its delete.
+func (c *Cache) lock(ctx context.Context, pool string) (func(), error) {
+	return c.sh.bases.lock(ctx, c.lv.Address(), pool)
+}
+
+// memoKey is the key of what Shared remembers of a volume of this host.
+func (c *Cache) memoKey(pool, name string) string {
+	return c.lv.Address() + "\x00" + pool + "\x00" + name
+}

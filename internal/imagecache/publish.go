@@ -1,0 +1,258 @@
+package imagecache
+
+import (
+	"context"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+
+	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+)
+
+const (
+	errNotPublished = "volume %s in pool %s is not published after publishing it: %s"
+	errClaimRace    = "volume %s in pool %s was claimed concurrently; retrying later"
+	errCleanDebris  = "cannot remove debris of volume %s in pool %s"
+	errOwnerRecord  = "cannot record the owner of volume %s in pool %s"
+	errWait         = "gave up waiting for another BaseImage's upload of this image into volume %s"
+	errOtherDigest  = "volume %s in pool %s is marked as holding sha256 %s (%s), not %s (%s): it is never used for this image"
+)
+
+// Result of a Publish.
+type Result struct {
+	Image Image
+	// Reused is true when the image was already published: nothing was
+	// uploaded. The image's owner record was added.
+	Reused bool
+	// Bytes uploaded and how long downloading and uploading took.
+	Bytes    int64
+	Duration time.Duration
+	// FinalURL is where the bytes came from after redirects, when this Publish downloaded
+	// them (without password).
+	FinalURL string
+}
+
+// BytesPerSecond is the throughput of the upload, 0 if nothing was uploaded.
+func (r Result) BytesPerSecond() float64 {
+	if r.Duration <= 0 {
+		return 0
+	}
+	return float64(r.Bytes) / r.Duration.Seconds()
+}
+
+// Publish makes the image src asks for available in pool, owned (among others) by owner, and
+// returns it. The data volume is DigestVolumeName of the image's sha256: one per pool and
+// digest, shared by every BaseImage that asks for those bytes, whatever its URL or namespace.
+// First the owner record of owner is added (OwnerName). If the volume is published with that
+// digest, nothing is downloaded (Result.Reused). If another live owner is uploading it,
+// Publish waits for that upload (until ctx ends). Otherwise debris is removed and the image is
+// streamed from src.URL straight into the volume while its sha256 is computed; a digest other
+// than src.SHA256 fails with a *DigestMismatchError and leaves nothing behind. progress may be
+// nil.
+//
+// Without src.SHA256 the image is first downloaded once to compute its digest (nothing is
+// stored), then published for that digest as above: the volume is shared only by digest, and
+// a second download that does not hash the same (the server changed the file meanwhile) fails
+// with a *ChangedError, worth retrying.
+//
+// Errors: IsDigestMismatch, IsFormatError (terminal, see IsTerminal); IsOwnedByOther for a
+// data volume of the digest's name that no record names; anything else is worth retrying.
+func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owner, progress ProgressFunc) (Result, error) {
+	if err := src.Validate(); err != nil {
+		return Result{}, err
+	}
+	if owner.UID == "" {
+		return Result{}, errors.New(errNoOwnerUID)
+	}
+	src.Format = src.Format.orDefault()
+	asked := src
+	finalURL := ""
+	if src.SHA256 == "" {
+		sum, fu, err := c.digest(ctx, src)
+		if err != nil {
+			return Result{}, err
+		}
+		src.SHA256, finalURL = sum, fu
+	}
+	vol := DigestVolumeName(src.SHA256, src.Format)
+	for step := 0; ; step++ {
+		res, wait, err := c.publishStep(ctx, pool, vol, src, asked, owner, step == 0, progress)
+		if res.FinalURL == "" {
+			res.FinalURL = finalURL
+		}
+		var dm *DigestMismatchError
+		if asked.SHA256 == "" && errors.As(err, &dm) {
+			err = &ChangedError{URL: dm.URL, First: dm.Want, Second: dm.Got}
+		}
+		if !wait {
+			return res, err
+		}
+		if err := sleep(ctx, c.sh.timing.waitPoll); err != nil {
+			return res, errors.Wrapf(err, errWait, vol)
+		}
+	}
+}
+
+// publishStep is one attempt of Publish on the data volume vol of src (which has its digest);
+// asked is the source as the BaseImage gave it. wait tells that another owner's upload is in
+// progress. The base lock is held while records are read and written, not during the upload:
+// the claim protects that. The first step sweeps the volume's stale owner records; the steps
+// of a wait read only the record of the claim's owner.
+func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked Source, owner Owner, sweep bool, progress ProgressFunc) (res Result, wait bool, err error) {
+	unlock, err := c.lock(ctx, pool)
+	if err != nil {
+		return Result{}, false, err
+	}
+	defer func() {
+		// A failed attempt does not keep the volume's name owned: its debris (if any) is
+		// claimed, and others waiting for this upload take over once this record is gone.
+		// The next attempt adds it again.
+		// (The controller starts a BaseImage's next attempt only after a cancelled one ended.)
+		if err != nil && res.Image.State != StatePublished {
+			c.bestEffortDelete(ctx, pool, OwnerName(vol, owner.UID))
+		}
+	}()
+	defer func() { unlock() }() // unlock is idempotent; it is also called before the upload
+	// What Lookup remembers of this volume is stale once Publish changed it.
+	c.forget(pool, vol, owner.UID)
+	defer c.forget(pool, vol, owner.UID)
+
+	img, plan, err := c.planStep(ctx, pool, vol, src, asked, owner, sweep)
+	switch {
+	case err != nil:
+		return Result{Image: img}, false, err
+	case plan.Wait:
+		return Result{Image: img}, true, nil
+	case plan.Reuse:
+		if plan.DropClaim && c.lv.DeleteVolume(ctx, pool, ClaimName(vol)) == nil {
+			img.HasClaim, img.Claim = false, nil
+		}
+		return Result{Image: img, Reused: true}, false, nil
+	}
+	if err := c.clean(ctx, img, plan); err != nil {
+		return Result{Image: img}, false, err
+	}
+	cb, err := c.writeUploadClaim(ctx, pool, vol, src, owner)
+	if err != nil {
+		return Result{}, false, err
+	}
+	unlock()
+	res, err = c.uploadClaimed(ctx, pool, vol, src, asked, owner, cb, progress)
+	return res, false, err
+}
+
+// planStep adds owner's record, reads the volume and the owners it needs to know of, and
+// plans the step (planPublish).
+func (c *Cache) planStep(ctx context.Context, pool, vol string, src, asked Source, owner Owner, sweep bool) (Image, publishPlan, error) {
+	if err := c.ensureOwner(ctx, pool, vol, owner, asked); err != nil {
+		return Image{}, publishPlan{}, err
+	}
+	faultpoint.Reach(faultpoint.BaseOwnerWritten)
+	live := map[string]bool{}
+	if sweep {
+		others, err := c.otherOwners(ctx, pool, vol, owner.UID)
+		if err != nil {
+			return Image{}, publishPlan{}, err
+		}
+		live = liveUIDs(others)
+	}
+	img, err := c.lookupSettled(ctx, pool, vol, owner.UID)
+	if err != nil {
+		return img, publishPlan{}, err
+	}
+	if cl := img.Claim; cl != nil && cl.Owner.UID != owner.UID && !sweep {
+		if _, live[cl.Owner.UID], err = c.ownerLive(ctx, pool, vol, OwnerName(vol, cl.Owner.UID)); err != nil {
+			return img, publishPlan{}, err
+		}
+	}
+	ourClaim := c.ours(img, owner.UID)
+	l := leaseUnknown
+	if img.HasClaim && !ourClaim {
+		l = c.claimLease(img)
+	}
+	plan, err := planPublish(img, owner, src, live, ourClaim, l)
+	return img, plan, err
+}
+
+// clean removes the debris plan lists, once nothing uses the data volume: even debris is
+// never deleted under an overlay, whatever made it, a guest's disk depends on the file.
+func (c *Cache) clean(ctx context.Context, img Image, plan publishPlan) error {
+	if plan.CheckUsers {
+		if err := c.inUse(ctx, img); err != nil {
+			return err
+		}
+	}
+	for _, n := range plan.Delete {
+		if err := c.lv.DeleteVolume(ctx, img.Pool, n); err != nil && !libvirt.IsNotFound(err) {
+			return errors.Wrapf(err, errCleanDebris, img.Volume, img.Pool)
+		}
+	}
+	c.sh.claims.forget(c.memoKey(img.Pool, ClaimName(img.Volume)))
+	return nil
+}
+
+// writeUploadClaim writes owner's claim of vol for an upload of src and returns its bytes,
+// which the lease renews.
+func (c *Cache) writeUploadClaim(ctx context.Context, pool, vol string, src Source, owner Owner) ([]byte, error) {
+	claim := Record{State: RecordClaimed, Volume: vol, Owner: owner, Holder: c.holder, SourceURL: redactURL(src.URL), ExpectedSHA256: src.SHA256, Format: src.Format, Time: c.now().UTC()}
+	cb, err := claim.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.writeRecordBytes(ctx, pool, ClaimName(vol), cb); err != nil {
+		if libvirt.IsExists(err) {
+			return nil, errors.Errorf(errClaimRace, vol, pool)
+		}
+		return nil, err
+	}
+	faultpoint.Reach(faultpoint.BaseClaimWritten)
+	return cb, nil
+}
+
+// uploadClaimed uploads src into vol while renewing the claim cb, until the upload's outcome
+// is on the host: the marker written, or what the upload wrote deleted. An upload whose claim
+// is lost stops, publishes nothing and deletes nothing. It returns the published image.
+func (c *Cache) uploadClaimed(ctx context.Context, pool, vol string, src, asked Source, owner Owner, cb []byte, progress ProgressFunc) (Result, error) {
+	hctx, release := c.hold(ctx, pool, ClaimName(vol), cb)
+	start := c.now()
+	res, err := c.upload(hctx, pool, vol, src, asked.SHA256, owner, progress)
+	res.Duration = c.now().Sub(start)
+	if err != nil {
+		err = c.abandon(ctx, pool, vol, owner, err)
+		release()
+		return res, err
+	}
+	release()
+	faultpoint.Reach(faultpoint.BaseMarkerWritten)
+	_ = c.lv.DeleteVolume(ctx, pool, ClaimName(vol)) // a stale claim of ours is harmless
+
+	img, err := c.lookup(ctx, pool, vol, owner.UID)
+	res.Image = img
+	if err != nil {
+		return res, err
+	}
+	if img.State != StatePublished {
+		return res, errors.Errorf(errNotPublished, vol, pool, img.Reason)
+	}
+	return res, nil
+}
+
+// abandon cleans up after the failed upload (err) of vol: the data volume, then the claim,
+// while the claim is still ours; what cannot be removed stays claimed by owner, for its next
+// attempt. A claim that is not ours any more guards another process's upload now: nothing of
+// it is touched, and the error says so.
+func (c *Cache) abandon(ctx context.Context, pool, vol string, owner Owner, err error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	mine, cerr := c.stillOurs(cctx, pool, vol, owner.UID)
+	switch {
+	case mine:
+		if c.bestEffortDelete(ctx, pool, vol, MarkerName(vol)) {
+			c.bestEffortDelete(ctx, pool, ClaimName(vol))
+		}
+	case cerr == nil && ctx.Err() == nil:
+		return errors.Wrap(err, errClaimLost.Error())
+	}
+	return err
+}
