@@ -200,11 +200,15 @@ func (s *Storage) CreateVolume(_ context.Context, pool, x string) (libvirt.Volum
 	return v.info, nil
 }
 
-// Upload replaces a volume's content.
+// Upload replaces a volume's content with what r yields up to its end, as libvirt's stream
+// does, keeping the first length bytes (0: all).
 func (s *Storage) Upload(_ context.Context, pool, name string, r io.Reader, length uint64) error {
-	b, err := io.ReadAll(io.LimitReader(r, int64(length)))
+	b, err := io.ReadAll(r)
 	if err != nil {
 		return err
+	}
+	if length > 0 && uint64(len(b)) > length {
+		b = b[:length]
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

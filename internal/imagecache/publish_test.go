@@ -1,0 +1,229 @@
+package imagecache
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
+)
+
+func TestPublish(t *testing.T) {
+	boom := errors.New("boom")
+	data := []byte(strings.Repeat("raw image bytes ", rawSize/16))
+	digest := sha(data)
+	vol := DigestVolumeName(digest, FormatRaw)
+	other := strings.Repeat("c", 64)
+	srv := newRawServer(t, data)
+	url := srv.URL + "/img"
+	pinned := Source{URL: url, SHA256: digest, Format: FormatRaw}
+	torn := []byte(`{"schema":1,`)
+
+	type args struct {
+		src   Source
+		owner Owner
+		setup func(t *testing.T, h *fakestorage.Storage, sh *Shared)
+		// timeout bounds the Publish (waits end with it).
+		timeout time.Duration
+	}
+	// got is what a Publish is judged by.
+	type got struct {
+		Reused bool
+		Bytes  int64
+		State  State
+		// Downloads counts the requests the image server saw.
+		Downloads int32
+		Names     []string
+	}
+	type want struct {
+		got got
+		err error
+	}
+	publishedNames := sortedNames(vol, MarkerName(vol), OwnerName(vol, us.UID))
+	cases := map[string]struct {
+		reason string
+		args   args
+		want   want
+	}{
+		"Upload": {
+			reason: "nothing on the host: claim, upload, verify, mark",
+			args:   args{src: pinned, owner: us},
+			want:   want{got: got{Bytes: rawSize, State: StatePublished, Downloads: 1, Names: publishedNames}},
+		},
+		"Unpinned": {
+			reason: "an image without sha256 is downloaded once to hash it, then published for that digest",
+			args:   args{src: Source{URL: url, Format: FormatRaw}, owner: us},
+			want:   want{got: got{Bytes: rawSize, State: StatePublished, Downloads: 2, Names: publishedNames}},
+		},
+		"Reuse": {
+			reason: "published with the digest asked for: the owner record is added, nothing is downloaded",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, vol, digest, FormatRaw, them, rawSize)
+				owns(t, h, vol, them)
+			}},
+			want: want{got: got{Reused: true, State: StatePublished, Names: sortedNames(vol, MarkerName(vol), OwnerName(vol, them.UID), OwnerName(vol, us.UID))}},
+		},
+		"ReuseDropsOurClaim": {
+			reason: "a claim of ours left next to the published image is dropped",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, vol, digest, FormatRaw, us, rawSize)
+				claimed(t, h, vol, us, holder, RecordClaimed)
+			}},
+			want: want{got: got{Reused: true, State: StatePublished, Names: publishedNames}},
+		},
+		"OtherDigest": {
+			reason: "a volume marked as holding other bytes is never used for this image",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, vol, other, FormatRaw, them, rawSize)
+			}},
+			want: want{
+				got: got{State: StatePublished, Names: publishedNames},
+				err: errors.Errorf(errOtherDigest, vol, tpool, other, FormatRaw, digest, FormatRaw),
+			},
+		},
+		"WaitForFreshClaim": {
+			reason: "an upload another process renews is waited for, until the context ends",
+			args: args{src: pinned, owner: us, timeout: time.Second, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
+				sh.timing.waitPoll = time.Hour // the context ends during the wait
+				claimed(t, h, vol, them, "other-process", RecordClaimed)
+			}},
+			want: want{
+				got: got{State: StateDebris, Names: sortedNames(ClaimName(vol), OwnerName(vol, us.UID))},
+				err: errors.Wrapf(context.DeadlineExceeded, errWait, vol),
+			},
+		},
+		"WaitForLiveOwnerWithoutTimestamps": {
+			reason: "a claim whose freshness cannot be told is waited for while it names another live owner",
+			args: args{src: pinned, owner: us, timeout: time.Second, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
+				sh.timing.waitPoll = time.Hour // the context ends during the wait
+				h.NoTimestamps = true
+				claimed(t, h, vol, them, "other-process", RecordClaimed)
+				owns(t, h, vol, them)
+			}},
+			want: want{
+				got: got{State: StateDebris, Names: sortedNames(ClaimName(vol), OwnerName(vol, them.UID), OwnerName(vol, us.UID))},
+				err: errors.Wrapf(context.DeadlineExceeded, errWait, vol),
+			},
+		},
+		"ClaimOfGoneOwnerWithoutTimestamps": {
+			reason: "a claim whose freshness cannot be told, of an owner without a record, is debris",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.NoTimestamps = true
+				claimed(t, h, vol, gone, "other-process", RecordClaimed)
+				h.Put(tpool, vol, data[:100])
+			}},
+			want: want{got: got{Bytes: rawSize, State: StatePublished, Downloads: 1, Names: publishedNames}},
+		},
+		"TakeOverStaleClaim": {
+			reason: "a claim unchanged for claimStale is debris: cleaned, then uploaded anew",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
+				claimed(t, h, vol, them, "other-process", RecordClaimed)
+				h.Put(tpool, vol, data[:100])
+				staleClaim(h, sh, vol)
+			}},
+			want: want{got: got{Bytes: rawSize, State: StatePublished, Downloads: 1, Names: publishedNames}},
+		},
+		"CutDataReplaced": {
+			reason: "data shorter than its marker records is debris: cleaned, then uploaded anew",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, vol, digest, FormatRaw, them, rawSize)
+				h.Put(tpool, vol, data[:100])
+				owns(t, h, vol, them)
+			}},
+			want: want{got: got{Bytes: rawSize, State: StatePublished, Downloads: 1, Names: sortedNames(vol, MarkerName(vol), OwnerName(vol, us.UID), OwnerName(vol, them.UID))}},
+		},
+		"DebrisInUse": {
+			reason: "even debris is never deleted under an overlay",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, vol, digest, FormatRaw, them, rawSize)
+				h.Put(tpool, vol, data[:100])
+				h.PutOverlay(tpool, "vm.root.qcow2", fakestorage.Path(tpool, vol))
+			}},
+			want: want{
+				got: got{State: StateDebris, Names: sortedNames(vol, MarkerName(vol), "vm.root.qcow2")},
+				err: &InUseError{Pool: tpool, Volume: vol, Users: []string{"volume default/vm.root.qcow2"}},
+			},
+		},
+		"TornMarkerOfNoOne": {
+			reason: "data next to a torn marker that names no one is refused as data without records",
+			args: args{src: pinned, owner: us, setup: func(_ *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.Put(tpool, vol, data)
+				h.Put(tpool, MarkerName(vol), torn)
+			}},
+			want: want{got: got{State: StateDebris, Names: sortedNames(vol, MarkerName(vol))}, err: &OwnedByOtherError{Pool: tpool, Volume: vol}},
+		},
+		"DataWithoutRecords": {
+			reason: "data that no record names is refused: we write the claim before any data",
+			args: args{src: pinned, owner: us, setup: func(_ *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.Put(tpool, vol, data)
+			}},
+			want: want{got: got{State: StateDebris, Names: []string{vol}}, err: &OwnedByOtherError{Pool: tpool, Volume: vol}},
+		},
+		"DigestMismatch": {
+			reason: "bytes that do not hash to the digest asked for leave nothing behind",
+			args:   args{src: Source{URL: url, SHA256: other, Format: FormatRaw}, owner: us},
+			want:   want{got: got{Bytes: rawSize, Downloads: 1}, err: &DigestMismatchError{URL: url, Want: other, Got: digest}},
+		},
+		"ClaimRace": {
+			reason: "a claim written by another process between our look and our write: retry later",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.BeforeCreate = func(_, name string) {
+					if name == ClaimName(vol) {
+						b, _ := Record{State: RecordClaimed, Volume: vol, Owner: them, Holder: "other-process", Time: t0}.Encode()
+						h.Put(tpool, name, b)
+					}
+				}
+			}},
+			want: want{got: got{Names: []string{ClaimName(vol)}}, err: errors.Errorf(errClaimRace, vol, tpool)},
+		},
+		"OwnerRecordFails": {
+			reason: "an owner record that cannot be written fails the publish before anything else",
+			args: args{src: pinned, owner: us, setup: func(_ *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.Fail = failOn("CreateVolume", OwnerName(vol, us.UID), boom)
+			}},
+			want: want{err: errors.Wrapf(boom, errOwnerRecord, vol, tpool)},
+		},
+		"UploadFails": {
+			reason: "an upload that fails removes what it wrote, claim last",
+			args: args{src: pinned, owner: us, setup: func(_ *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.Fail = failOn("Upload", vol, boom)
+			}},
+			want: want{got: got{Downloads: 1, Bytes: rawSize}, err: errors.Wrapf(boom, errUpload, url, vol, tpool)},
+		},
+		"NoOwner": {
+			reason: "a publish names its owner",
+			args:   args{src: pinned},
+			want:   want{err: errors.New(errNoOwnerUID)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv.hits.Store(0)
+			h, sh := fakestorage.New(), testShared()
+			if tc.args.setup != nil {
+				tc.args.setup(t, h, sh)
+			}
+			ctx := context.Background()
+			if tc.args.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.args.timeout)
+				defer cancel()
+			}
+			c := newFakeCache(h, sh, downloadsFor(t, allowServers(t, srv.Server)))
+			res, err := c.Publish(ctx, tpool, tc.args.src, tc.args.owner, nil)
+			h.Fail, h.BeforeCreate = nil, nil
+			g := got{Reused: res.Reused, Bytes: res.Bytes, State: res.Image.State, Downloads: srv.hits.Load(), Names: names(h)}
+			if diff := cmp.Diff(tc.want.err, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nPublish(...): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.want.got, g); diff != "" {
+				t.Errorf("%s\nPublish(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}

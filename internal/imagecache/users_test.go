@@ -1,0 +1,142 @@
+package imagecache
+
+import (
+	"context"
+	"testing"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
+)
+
+func TestUsers(t *testing.T) {
+	boom := errors.New("boom")
+	other := "/var/lib/images/vm.qcow2"
+	disk := func(d libvirt.DomainDisk) libvirt.DomainDisk {
+		d.Domain, d.Target = "vm", "vda"
+		if d.Device == "" {
+			d.Device = "disk"
+		}
+		return d
+	}
+	type want struct {
+		u   Usage
+		err error
+	}
+	cases := map[string]struct {
+		reason string
+		setup  func(h *fakestorage.Storage)
+		want   want
+	}{
+		"Unused": {
+			reason: "nothing backs onto the base",
+			setup:  func(h *fakestorage.Storage) { h.Put(tpool, "vm.root.qcow2", nil) },
+		},
+		"OverlayInPool": {
+			reason: "a volume whose backing store is the base uses it",
+			setup:  func(h *fakestorage.Storage) { h.PutOverlay(tpool, "vm.root.qcow2", pathA) },
+			want:   want{u: Usage{Users: []string{"volume default/vm.root.qcow2"}}},
+		},
+		"OverlayInAnotherPool": {
+			reason: "every pool is looked at",
+			setup:  func(h *fakestorage.Storage) { h.PutOverlay("other", "vm.root.qcow2", pathA) },
+			want:   want{u: Usage{Users: []string{"volume other/vm.root.qcow2"}}},
+		},
+		"DomainDisk": {
+			reason: "a domain whose disk is the base uses it, running or not",
+			setup:  func(h *fakestorage.Storage) { h.Disks = []libvirt.DomainDisk{disk(libvirt.DomainDisk{Path: pathA})} },
+			want:   want{u: Usage{Users: []string{"domain vm disk vda"}}},
+		},
+		"DomainBackingChain": {
+			reason: "a domain whose disk's backing chain holds the base uses it",
+			setup: func(h *fakestorage.Storage) {
+				h.Disks = []libvirt.DomainDisk{disk(libvirt.DomainDisk{Path: pathA, Backing: true, ChainKnown: true})}
+			},
+			want: want{u: Usage{Users: []string{"domain vm disk vda"}}},
+		},
+		"InactivePool": {
+			reason: "an inactive pool's volumes cannot be checked",
+			setup:  func(h *fakestorage.Storage) { h.Inactive = []string{"other"} },
+			want:   want{u: Usage{Doubts: []string{"pool other is inactive, so its volumes cannot be checked (start the pool, or delete it)"}}},
+		},
+		"PoolUnreadable": {
+			reason: "a pool that cannot be read is a doubt",
+			setup: func(h *fakestorage.Storage) {
+				h.Put("other", "x", nil)
+				h.Fail = func(op, pool, _ string) error {
+					if op == "Volumes" && pool == "other" {
+						return boom
+					}
+					return nil
+				}
+			},
+			want: want{u: Usage{Doubts: []string{"pool other cannot be read: boom"}}},
+		},
+		"PoolGone": {
+			reason: "a pool deleted since it was listed is no doubt",
+			setup: func(h *fakestorage.Storage) {
+				h.Put("other", "x", nil)
+				h.Fail = failOn("Volumes", "", fakestorage.NotFound)
+			},
+		},
+		"DiskVolumeUnresolved": {
+			reason: "a disk that is a volume libvirt cannot resolve is a doubt",
+			setup: func(h *fakestorage.Storage) {
+				h.Disks = []libvirt.DomainDisk{disk(libvirt.DomainDisk{Pool: "gone", Volume: "vm.qcow2", Format: "qcow2"})}
+			},
+			want: want{u: Usage{Doubts: []string{"domain vm disk vda is volume gone/vm.qcow2, which cannot be read"}}},
+		},
+		"DiskOutsidePools": {
+			reason: "a qcow2 disk outside every pool whose chain libvirt does not show is a doubt",
+			setup: func(h *fakestorage.Storage) {
+				h.Disks = []libvirt.DomainDisk{disk(libvirt.DomainDisk{Path: other, Format: "qcow2"})}
+			},
+			want: want{u: Usage{Doubts: []string{"domain vm disk vda is " + other + ", which is in no active pool, and libvirt shows no backing chain for it while the domain is not running"}}},
+		},
+		"DiskInPool": {
+			reason: "a disk that is a volume of a pool that was read was checked there",
+			setup: func(h *fakestorage.Storage) {
+				h.Put(tpool, "vm.root.qcow2", nil)
+				h.Disks = []libvirt.DomainDisk{disk(libvirt.DomainDisk{Path: fakestorage.Path(tpool, "vm.root.qcow2"), Format: "qcow2"})}
+			},
+		},
+		"DiskWithoutBacking": {
+			reason: "cdroms, floppies, raw disks and disks whose chain is shown cannot hide a backing file",
+			setup: func(h *fakestorage.Storage) {
+				h.Disks = []libvirt.DomainDisk{
+					disk(libvirt.DomainDisk{Path: other, Device: "cdrom"}),
+					disk(libvirt.DomainDisk{Path: other, Device: "floppy"}),
+					disk(libvirt.DomainDisk{Path: other, Format: "raw"}),
+					disk(libvirt.DomainDisk{Path: other, Format: "qcow2", ChainKnown: true}),
+				}
+			},
+		},
+		"PoolsFail": {
+			reason: "pools that cannot be listed fail the check",
+			setup:  func(h *fakestorage.Storage) { h.Fail = failOn("AllPools", "", boom) },
+			want:   want{err: errors.Wrapf(boom, errUsers, pathA)},
+		},
+		"DisksFail": {
+			reason: "domains that cannot be listed fail the check",
+			setup:  func(h *fakestorage.Storage) { h.Fail = failOn("DomainDisks", "", boom) },
+			want:   want{err: errors.Wrapf(boom, errUsers, pathA)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := fakestorage.New()
+			h.Put(tpool, volA, nil)
+			tc.setup(h)
+			u, err := newFakeCache(h, testShared(), Downloads{}).Users(context.Background(), pathA)
+			if diff := cmp.Diff(tc.want.err, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nUsers(...): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.want.u, u); diff != "" {
+				t.Errorf("%s\nUsers(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
