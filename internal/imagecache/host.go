@@ -3,10 +3,20 @@ package imagecache
 import (
 	"context"
 	"io"
-	"net/http"
 	"time"
 
+	"github.com/provider-kvm/provider-kvm/internal/imagefetch"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+)
+
+// What downloads need is imagefetch's; these keep their names here for callers.
+type (
+	// Downloads says what a Cache may download and how much (imagefetch.Downloads).
+	Downloads = imagefetch.Downloads
+	// Resolver resolves image host names (imagefetch.Resolver).
+	Resolver = imagefetch.Resolver
+	// ProgressFunc reports an upload's progress (imagefetch.ProgressFunc).
+	ProgressFunc = imagefetch.ProgressFunc
 )
 
 // Host is what a Cache needs of a libvirt host: exactly the calls the image protocol makes.
@@ -41,8 +51,7 @@ type Liveness func(ctx context.Context, uid string) (bool, error)
 type Cache struct {
 	lv     Host
 	sh     *Shared
-	dl     Downloads
-	http   *http.Client
+	fetch  *imagefetch.Fetcher
 	now    func() time.Time
 	alive  Liveness
 	holder string
@@ -67,8 +76,7 @@ func WithHolder(h string) Option { return func(c *Cache) { c.holder = h } }
 // redirect and dialed address is checked against dl.Policy, no proxy is used, and the
 // response headers, stalls and the image size are bounded.
 func New(lv Host, sh *Shared, dl Downloads, opts ...Option) *Cache {
-	dl = dl.withDefaults()
-	c := &Cache{lv: lv, sh: sh, dl: dl, http: newHTTPClient(dl), now: time.Now, holder: sh.holder}
+	c := &Cache{lv: lv, sh: sh, fetch: imagefetch.New(dl), now: time.Now, holder: sh.holder}
 	for _, o := range opts {
 		o(c)
 	}

@@ -66,7 +66,7 @@ const (
 // Lookup returns what pool holds for src, which must have a SHA256 (VolumeName). With a
 // non-empty ownerUID it also reads that BaseImage's owner record (Image.Own).
 func (c *Cache) Lookup(ctx context.Context, pool string, src Source, ownerUID string) (Image, error) {
-	vol := VolumeName(Source{SHA256: src.SHA256, Format: src.Format.orDefault()})
+	vol := VolumeName(Source{SHA256: src.SHA256, Format: src.Format.OrDefault()})
 	if vol == "" {
 		return Image{Pool: pool}, errors.New(errNoName)
 	}

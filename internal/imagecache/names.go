@@ -7,15 +7,17 @@ import (
 	"strings"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+
+	"github.com/provider-kvm/provider-kvm/internal/imagefetch"
 )
 
-// Format is the on-disk format of an image.
-type Format string
+// Format is the on-disk format of an image (imagefetch's).
+type Format = imagefetch.Format
 
 // Formats.
 const (
-	FormatQCOW2 Format = "qcow2"
-	FormatRaw   Format = "raw"
+	FormatQCOW2 = imagefetch.FormatQCOW2
+	FormatRaw   = imagefetch.FormatRaw
 )
 
 // Source says where an image comes from.
@@ -61,15 +63,9 @@ const (
 	unpinnedPrefix = "pkvm-unpinned-"
 )
 
-func (f Format) orDefault() Format {
-	if f == "" {
-		return FormatQCOW2
-	}
-	return f
-}
-
-func (f Format) ext() string {
-	if f.orDefault() == FormatRaw {
+// ext is the file name extension of a volume of format f.
+func ext(f Format) string {
+	if f.OrDefault() == FormatRaw {
 		return ".img"
 	}
 	return ".qcow2"
@@ -88,7 +84,7 @@ func VolumeName(src Source) string {
 // DigestVolumeName is the data volume of the image whose bytes hash to sha256 in format: one
 // per host, pool and digest, shared by every BaseImage that asks for those bytes.
 func DigestVolumeName(sha256 string, f Format) string {
-	return NamePrefix + sha256 + f.ext()
+	return NamePrefix + sha256 + ext(f)
 }
 
 // ExternalName is the external name of a BaseImage with source src: its volume's name when
@@ -99,7 +95,7 @@ func ExternalName(src Source) string {
 		return v
 	}
 	h := sha256.Sum256([]byte(src.URL))
-	return unpinnedPrefix + hex.EncodeToString(h[:])[:legacyHexChars] + src.Format.ext()
+	return unpinnedPrefix + hex.EncodeToString(h[:])[:legacyHexChars] + ext(src.Format)
 }
 
 // OwnerName is the name of the record that makes the BaseImage with uid an owner of volume.
@@ -189,17 +185,11 @@ func (src Source) Validate() error {
 	if src.SHA256 != "" && (len(src.SHA256) != sha256.Size*2 || !isLowerHex(src.SHA256)) {
 		return errors.Errorf(errSourceSHA, src.SHA256)
 	}
-	if f := src.Format.orDefault(); f != FormatQCOW2 && f != FormatRaw {
+	if f := src.Format.OrDefault(); f != FormatQCOW2 && f != FormatRaw {
 		return errors.Errorf(errSourceFormat, src.Format)
 	}
 	return nil
 }
 
 // redactURL hides a password in a URL.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return s
-	}
-	return u.Redacted()
-}
+func redactURL(s string) string { return imagefetch.RedactURL(s) }

@@ -15,7 +15,7 @@ func (c *Cache) ensureOwner(ctx context.Context, pool, vol string, owner Owner, 
 	name := OwnerName(vol, owner.UID)
 	want := Record{
 		State: RecordOwner, Volume: vol, Owner: owner,
-		SourceURL: redactURL(asked.URL), ExpectedSHA256: asked.SHA256, Format: asked.Format.orDefault(),
+		SourceURL: redactURL(asked.URL), ExpectedSHA256: asked.SHA256, Format: asked.Format.OrDefault(),
 		Time: c.now().UTC(),
 	}
 	exists, rec, invalid, err := c.readRecord(ctx, pool, name)

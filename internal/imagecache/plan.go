@@ -35,8 +35,8 @@ type publishPlan struct {
 // ours).
 func planPublish(img Image, owner Owner, src Source, live map[string]bool, ourClaim bool, l lease) (publishPlan, error) {
 	if img.State == StatePublished {
-		if img.Marker.SHA256 != src.SHA256 || img.Marker.Format != src.Format.orDefault() {
-			return publishPlan{}, errors.Errorf(errOtherDigest, img.Volume, img.Pool, img.Marker.SHA256, img.Marker.Format, src.SHA256, src.Format.orDefault())
+		if img.Marker.SHA256 != src.SHA256 || img.Marker.Format != src.Format.OrDefault() {
+			return publishPlan{}, errors.Errorf(errOtherDigest, img.Volume, img.Pool, img.Marker.SHA256, img.Marker.Format, src.SHA256, src.Format.OrDefault())
 		}
 		return publishPlan{Reuse: true, DropClaim: ourClaim}, nil
 	}

@@ -218,15 +218,3 @@ func TestClaimClockJudge(t *testing.T) {
 		t.Errorf("after forget, a claim is first seen again: got %d, want fresh", got)
 	}
 }
-
-func TestSampledBlock(t *testing.T) {
-	var got []int64
-	for i := range int64(70) {
-		if sampledBlock(i) {
-			got = append(got, i)
-		}
-	}
-	if diff := cmp.Diff([]int64{0, 1, 2, 4, 8, 16, 32, 64}, got); diff != "" {
-		t.Errorf("sampledBlock: -want +got:\n%s", diff)
-	}
-}

@@ -65,11 +65,11 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 	if owner.UID == "" {
 		return Result{}, errors.New(errNoOwnerUID)
 	}
-	src.Format = src.Format.orDefault()
+	src.Format = src.Format.OrDefault()
 	asked := src
 	finalURL := ""
 	if src.SHA256 == "" {
-		sum, fu, err := c.digest(ctx, src)
+		sum, fu, err := c.fetch.Digest(ctx, src.URL, src.Format)
 		if err != nil {
 			return Result{}, err
 		}

@@ -1,4 +1,4 @@
-package imagecache
+package imagefetch
 
 import (
 	"context"

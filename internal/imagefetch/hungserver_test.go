@@ -1,4 +1,4 @@
-package imagecache
+package imagefetch
 
 import (
 	"net"
@@ -71,7 +71,7 @@ func TestDownloadHungServer(t *testing.T) {
 			t.Parallel()
 			port := hungServer(t, tc.serve)
 			p := v1alpha1.ImageSourcePolicy{Allow: []v1alpha1.ImageSourceRule{{CIDR: "127.0.0.1/32", Ports: []int32{port}}}}
-			c := New(nil, NewShared(), downloadsFor(t, p, func(d *Downloads) { d.Limits.HeaderTimeout = time.Second }))
+			c := New(downloadsFor(t, p, func(d *Downloads) { d.Limits.HeaderTimeout = time.Second }))
 			start := time.Now()
 			_, err := fetch(c, tc.scheme+"://127.0.0.1:"+strconv.Itoa(int(port))+"/img")
 			took := time.Since(start)

@@ -1,4 +1,4 @@
-package imagecache
+package imagefetch
 
 import (
 	"bytes"
@@ -59,26 +59,18 @@ func newCountingServer(t *testing.T, h http.HandlerFunc) *countingServer {
 // raw is an image of n bytes that does not look like qcow2.
 func raw(n int) []byte { return bytes.Repeat([]byte("raw disk image. "), n/16) }
 
-// fetch downloads rawURL as Publish does, into nothing: the guarded client, the stream with
+// fetch downloads rawURL as a publish does, into nothing: the guarded client, the stream with
 // its size and stall limits, the same error classification; no libvirt.
-func fetch(c *Cache, rawURL string) (int64, error) {
-	ctx := context.Background()
-	pctx, stalled, cancel := withStall(ctx)
-	defer cancel()
-	resp, finalURL, total, err := c.get(pctx, rawURL)
+func fetch(f *Fetcher, rawURL string) (int64, error) {
+	d, err := f.Open(context.Background(), rawURL)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	s := newImageStream(resp.Body, FormatRaw, total, c.dl.Limits.MaxBytes, c.dl.Limits.StallTimeout, stalled, nil)
-	_, cerr := io.Copy(io.Discard, struct{ io.Reader }{s})
-	srcErr := s.failed()
-	_ = resp.Body.Close()
-	s.close()
-	if err := c.sourceFailure(ctx, pctx, srcErr, redactURL(rawURL), finalURL); err != nil {
-		return s.n, err
+	_, cerr := io.Copy(io.Discard, struct{ io.Reader }{d.Stream(FormatRaw, nil)})
+	if err := d.Close(); err != nil {
+		return d.N(), err
 	}
-	return s.n, cerr
+	return d.N(), cerr
 }
 
 func TestDownloadPolicy(t *testing.T) {
@@ -232,7 +224,7 @@ func TestDownloadPolicy(t *testing.T) {
 			if tc.args.useDefaultResolver {
 				mods = nil
 			}
-			c := New(nil, NewShared(), downloadsFor(t, tc.args.policy, mods...))
+			c := New(downloadsFor(t, tc.args.policy, mods...))
 			// Trust the TLS test server's certificate.
 			c.http.Transport.(*guard).rt.(*http.Transport).TLSClientConfig = tlsToImage.Client().Transport.(*http.Transport).TLSClientConfig //nolint:forcetypeassert // ours
 			before := map[*countingServer]int32{}
@@ -421,7 +413,7 @@ func TestDownloadLimits(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			c := New(nil, NewShared(), downloadsFor(t, allowServers(t, srv), func(d *Downloads) {
+			c := New(downloadsFor(t, allowServers(t, srv), func(d *Downloads) {
 				d.Limits.MaxBytes, d.Limits.HeaderTimeout, d.Limits.StallTimeout = 1<<20, time.Second, time.Second
 			}))
 			start := time.Now()
@@ -451,7 +443,7 @@ func TestDownloadLimits(t *testing.T) {
 }
 
 func TestLimitsDefaults(t *testing.T) {
-	c := New(nil, NewShared(), Downloads{})
+	c := New(Downloads{})
 	tr := c.http.Transport.(*guard).rt.(*http.Transport) //nolint:forcetypeassert // ours
 	got := fmt.Sprintf("max %d header %v stall %v; transport proxy %v, keep-alives off %v, header timeout %v, compression off %v; resolver %T",
 		c.dl.Limits.MaxBytes, c.dl.Limits.HeaderTimeout, c.dl.Limits.StallTimeout, tr.Proxy != nil, tr.DisableKeepAlives, tr.ResponseHeaderTimeout, tr.DisableCompression, c.dl.Resolver)

@@ -1,4 +1,4 @@
-package imagecache
+package imagefetch
 
 import (
 	"context"
@@ -45,7 +45,7 @@ type imageStream struct {
 
 	// Written by the producer; read after wg.Wait or after chunks closed.
 	hash        hash.Hash
-	samples     []blockSample
+	samples     []BlockSample
 	n           int64
 	virtualSize int64
 	err         error
@@ -183,7 +183,7 @@ func (s *imageStream) produce() {
 func (s *imageStream) sample(b []byte) {
 	n := len(b)
 	if sampledBlock(s.n/chunkSize) || n < chunkSize || (s.total > 0 && s.n+int64(n) == s.total) {
-		s.samples = append(s.samples, blockSample{Offset: s.n, Len: n, Sum: sha256.Sum256(b)})
+		s.samples = append(s.samples, BlockSample{Offset: s.n, Len: n, Sum: sha256.Sum256(b)})
 	}
 }
 
@@ -251,10 +251,10 @@ func (s *imageStream) close() {
 // sum returns the hex sha256 of the bytes read so far; call after close.
 func (s *imageStream) sum() string { return hex.EncodeToString(s.hash.Sum(nil)) }
 
-// blockSample is the digest of one block of the stream, read back from the stored volume
+// BlockSample is the digest of one block of the stream, read back from the stored volume
 // before it is published: a cheap check of what the host stored (a second writer, a torn
 // write, a storage fault), where hashing the whole volume again would mean downloading it.
-type blockSample struct {
+type BlockSample struct {
 	Offset int64
 	Len    int
 	Sum    [sha256.Size]byte

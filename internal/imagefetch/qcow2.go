@@ -1,4 +1,4 @@
-package imagecache
+package imagefetch
 
 import (
 	"encoding/binary"
@@ -176,7 +176,7 @@ func checkQCOW2(h qcow2Header) error {
 // checkFormat checks the first bytes of an image declared as f and returns
 // its virtual size (0 for raw: the caller uses the byte count).
 func checkFormat(f Format, head []byte) (int64, error) {
-	if f.orDefault() == FormatRaw {
+	if f.OrDefault() == FormatRaw {
 		if isQCOW2(head) {
 			return 0, errors.New("the image is declared raw but is a qcow2 image; set format: qcow2")
 		}
