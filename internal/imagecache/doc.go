@@ -88,14 +88,14 @@
 // users and owners again and restores the marker if either appeared meanwhile, then deletes
 // the data, its own record and the claim.
 //
-// The check and the delete run under the base lock of the pool (libvirt.LockBases), which the
-// KVMDomain controller takes while it creates an overlay: within a process no overlay appears
-// in between. Across processes the order closes the window: the removal deletes the marker
+// The check and the delete run under the base lock of the pool, which Shared.CreateOverlay
+// (the one way the KVMDomain controller creates an overlay) takes too: within a process no
+// overlay appears in between. Across processes the order closes the window: the removal deletes the marker
 // before its last check, and a KVMDomain looks at the marker again after creating its overlay
 // (and deletes the overlay if it is gone); a Publish adds its owner record before reading the
 // marker. One of the two sides always sees the other.
 //
-// # Streaming
+// # Streaming (internal/imagefetch)
 //
 // Nothing is staged on the provider's disk. A reader goroutine fills 1 MiB
 // buffers from the HTTP body and hashes them while the previous buffer is
@@ -107,7 +107,7 @@
 // provider does not know are rejected (FormatError) before the rest is
 // downloaded.
 //
-// # Outside input
+// # Outside input (internal/imagefetch)
 //
 // Every download is bounded by the Downloads of the host's config (its
 // imageSources): internal/sourcepolicy decides on the request URL, on every
@@ -120,4 +120,14 @@
 // says so, else when the bytes counted on the stream go over. A refusal
 // (RefusedError) and a size over the limit (LimitError) are terminal; a
 // timeout (LimitError) is worth retrying.
+//
+// # Code
+//
+// A Cache lives for one reconcile and reaches the host through Host, exactly the libvirt
+// calls it makes (*libvirt.Client; fakestorage in the tables). What outlives it is on Shared,
+// made once per process (controller.SetupGated) and by tests: what Lookup remembers, the claim
+// clock, the holder name, the base locks and the protocol's periods. plan.go holds the
+// decisions without I/O (planPublish, planRemove, planRecheck, verifyUpload); lookup.go,
+// publish.go, upload.go, remove.go, users.go, sweep.go and overlay.go run them; owners.go,
+// holder.go, recordio.go and observecache.go are the records, the claim lease and the memo.
 package imagecache
