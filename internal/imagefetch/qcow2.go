@@ -79,7 +79,7 @@ func isQCOW2(b []byte) bool {
 // parseQCOW2Header reads the big-endian fixed header of a qcow2 image, version 2 or 3, from
 // its first bytes and checks that its fields are consistent. It does not judge features; see
 // checkQCOW2.
-func parseQCOW2Header(b []byte) (qcow2Header, error) { //nolint:gocyclo // one check per header field, in the order of the specification
+func parseQCOW2Header(b []byte) (qcow2Header, error) {
 	if !isQCOW2(b) {
 		return qcow2Header{}, errors.New("the image does not start with the qcow2 magic")
 	}
@@ -109,25 +109,8 @@ func parseQCOW2Header(b []byte) (qcow2Header, error) { //nolint:gocyclo // one c
 	switch h.Version {
 	case 2:
 	case 3:
-		if len(b) < qcow2V3HeaderLen {
-			return h, errors.Errorf("the image ends within its qcow2 version 3 header (%d bytes)", len(b))
-		}
-		h.IncompatibleFeatures = be.Uint64(b[72:80])
-		h.CompatibleFeatures = be.Uint64(b[80:88])
-		h.AutoclearFeatures = be.Uint64(b[88:96])
-		h.RefcountOrder = be.Uint32(b[96:100])
-		h.HeaderLength = be.Uint32(b[100:104])
-		if h.HeaderLength < qcow2V3HeaderLen || h.HeaderLength%8 != 0 {
-			return h, errors.Errorf("qcow2 header_length %d is invalid: version 3 needs at least %d, a multiple of 8", h.HeaderLength, qcow2V3HeaderLen)
-		}
-		if uint64(h.HeaderLength) > 1<<h.ClusterBits {
-			return h, errors.Errorf("qcow2 header_length %d exceeds the cluster size %d", h.HeaderLength, 1<<h.ClusterBits)
-		}
-		if h.HeaderLength > qcow2V3HeaderLen {
-			if uint64(len(b)) < uint64(h.HeaderLength) {
-				return h, errors.Errorf("the image ends within its qcow2 header of %d bytes (%d bytes)", h.HeaderLength, len(b))
-			}
-			h.CompressionType = b[104]
+		if err := parseQCOW2V3(&h, b); err != nil {
+			return h, err
 		}
 	default:
 		return h, errors.Errorf("qcow2 version %d is not supported", h.Version)
@@ -139,6 +122,33 @@ func parseQCOW2Header(b []byte) (qcow2Header, error) { //nolint:gocyclo // one c
 		return h, errors.Errorf("qcow2 virtual size %d is invalid", h.VirtualSize)
 	}
 	return h, nil
+}
+
+// parseQCOW2V3 reads the fields version 3 adds to the header into h, and checks the header's
+// length.
+func parseQCOW2V3(h *qcow2Header, b []byte) error {
+	if len(b) < qcow2V3HeaderLen {
+		return errors.Errorf("the image ends within its qcow2 version 3 header (%d bytes)", len(b))
+	}
+	be := binary.BigEndian
+	h.IncompatibleFeatures = be.Uint64(b[72:80])
+	h.CompatibleFeatures = be.Uint64(b[80:88])
+	h.AutoclearFeatures = be.Uint64(b[88:96])
+	h.RefcountOrder = be.Uint32(b[96:100])
+	h.HeaderLength = be.Uint32(b[100:104])
+	if h.HeaderLength < qcow2V3HeaderLen || h.HeaderLength%8 != 0 {
+		return errors.Errorf("qcow2 header_length %d is invalid: version 3 needs at least %d, a multiple of 8", h.HeaderLength, qcow2V3HeaderLen)
+	}
+	if uint64(h.HeaderLength) > 1<<h.ClusterBits {
+		return errors.Errorf("qcow2 header_length %d exceeds the cluster size %d", h.HeaderLength, 1<<h.ClusterBits)
+	}
+	if h.HeaderLength > qcow2V3HeaderLen {
+		if uint64(len(b)) < uint64(h.HeaderLength) {
+			return errors.Errorf("the image ends within its qcow2 header of %d bytes (%d bytes)", h.HeaderLength, len(b))
+		}
+		h.CompressionType = b[104]
+	}
+	return nil
 }
 
 // checkQCOW2 refuses what a base image may not be: an image with a backing file (its data is
