@@ -10,27 +10,28 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
+	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 )
 
 // SetupGated adds all controllers to mgr. Controllers of managed resources register with
 // o.Gate and start only once their CRDs are installed and established (safe-start). They
 // share pool: one SSH connection per host.
-// events, when not nil, feeds libvirt domain events to the KVMDomain controller. The BaseImage
-// and KVMDomain controllers share one image cache state (imagecache.NewShared): its base
-// locks order a base image's removal against the creation of overlays onto it.
+// events, when not nil, feeds libvirt domain events to the KVMDomain controller. The managed
+// controllers share one process state (setup.NewShared): the libvirt clients' pool locks and
+// domain handles, and the image cache state whose base locks order a base image's removal
+// against the creation of overlays onto it.
 func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher) error {
 	if err := config.Setup(mgr, o); err != nil {
 		return err
 	}
-	images := imagecache.NewShared()
-	if err := baseimage.Setup(mgr, o, conns, images); err != nil {
+	shared := setup.NewShared()
+	if err := baseimage.Setup(mgr, o, conns, shared); err != nil {
 		return err
 	}
-	if err := seedvolume.Setup(mgr, o, conns); err != nil {
+	if err := seedvolume.Setup(mgr, o, conns, shared); err != nil {
 		return err
 	}
-	return kvmdomain.Setup(mgr, o, conns, events, images)
+	return kvmdomain.Setup(mgr, o, conns, events, shared)
 }

@@ -22,7 +22,7 @@ import (
 //	cluster/testbed/run-in-netns.sh go test -run '^$' -bench UploadThroughput -benchtime 3x ./internal/imagecache/
 func BenchmarkUploadThroughput(b *testing.B) {
 	tb := requireTestbed(b)
-	lv := libvirt.New(tb.conn, libvirt.WithSocket(tb.cfg.Socket))
+	lv := libvirt.New(tb.conn, libvirt.NewShared(), libvirt.WithSocket(tb.cfg.Socket))
 	const size = 64 << 20
 	data := make([]byte, size)
 	_, _ = rand.Read(data)

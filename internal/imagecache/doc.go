@@ -125,7 +125,7 @@
 //
 // A Cache lives for one reconcile and reaches the host through Host, exactly the libvirt
 // calls it makes (*libvirt.Client; fakestorage in the tables). What outlives it is on Shared,
-// made once per process (controller.SetupGated) and by tests: what Lookup remembers, the claim
+// made once per process (setup.NewShared in controller.SetupGated) and by tests: what Lookup remembers, the claim
 // clock, the holder name, the base locks and the protocol's periods. plan.go holds the
 // decisions without I/O (planPublish, planRemove, planRecheck, verifyUpload); lookup.go,
 // publish.go, upload.go, remove.go, users.go, sweep.go and overlay.go run them; owners.go,

@@ -152,6 +152,7 @@ func newImageServer(t testing.TB, data []byte) *imageServer {
 type env struct {
 	tb    *testbed
 	sh    *Shared
+	lvsh  *libvirt.Shared
 	lv    *libvirt.Client
 	dl    Downloads
 	cache *Cache
@@ -161,9 +162,10 @@ type env struct {
 // until serve allows one.
 func newEnv(t *testing.T) *env {
 	tb := requireTestbed(t)
-	lv := libvirt.New(tb.conn, libvirt.WithSocket(tb.cfg.Socket))
+	lvsh := libvirt.NewShared()
+	lv := libvirt.New(tb.conn, lvsh, libvirt.WithSocket(tb.cfg.Socket))
 	sh := NewShared()
-	return &env{tb: tb, sh: sh, lv: lv, cache: New(lv, sh, Downloads{Config: testConfig})}
+	return &env{tb: tb, sh: sh, lvsh: lvsh, lv: lv, cache: New(lv, sh, Downloads{Config: testConfig})}
 }
 
 // serve makes e's cache download from srv, allowing exactly its address and
@@ -277,7 +279,7 @@ func TestIntegrationPublishQCOW2(t *testing.T) {
 	}
 
 	// A restarted provider (new connection, new objects, no status) finds it.
-	fresh := New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.sh, e.dl)
+	fresh := New(libvirt.New(e.tb.connect(t), e.lvsh, libvirt.WithSocket(e.tb.cfg.Socket)), e.sh, e.dl)
 	got, err := fresh.Lookup(ctx, e.tb.pool, src, owner.UID)
 	if err != nil {
 		t.Fatalf("Lookup after restart: %v", err)
@@ -808,7 +810,7 @@ func TestIntegrationConcurrentOwners(t *testing.T) {
 	}
 	caches := make([]*Cache, len(owners))
 	for i := range owners {
-		caches[i] = New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.sh, e.dl)
+		caches[i] = New(libvirt.New(e.tb.connect(t), e.lvsh, libvirt.WithSocket(e.tb.cfg.Socket)), e.sh, e.dl)
 	}
 	var uploads atomic.Int32
 	run := func(fn func(i int) error, idx ...int) {

@@ -49,7 +49,7 @@ func TestIntegrationClaimLeases(t *testing.T) {
 	src := Source{URL: srv.URL + "/slow", SHA256: sha(data)}
 	vol := VolumeName(src)
 	process := func(holder string) *Cache {
-		return New(libvirt.New(e.tb.connect(t), libvirt.WithSocket(e.tb.cfg.Socket)), e.sh, e.dl, WithHolder(holder))
+		return New(libvirt.New(e.tb.connect(t), e.lvsh, libvirt.WithSocket(e.tb.cfg.Socket)), e.sh, e.dl, WithHolder(holder))
 	}
 
 	t.Run("TwoProcessesOneBaseImage", func(t *testing.T) {

@@ -28,6 +28,7 @@ type Conn interface {
 // concurrent use.
 type Client struct {
 	conn   Conn
+	sh     *Shared
 	grace  time.Duration
 	socket string
 	uri    string
@@ -39,9 +40,10 @@ type Client struct {
 	opened func(host string)
 }
 
-// New returns a Client for the host c connects to.
-func New(c Conn, opts ...Option) *Client {
-	cl := &Client{conn: c, grace: StreamAbortGrace, socket: DefaultSocket, uri: DefaultURI, count: metrics.Call, opened: metrics.Opened}
+// New returns a Client for the host c connects to, sharing sh (one per process, see
+// NewShared) with every other Client.
+func New(c Conn, sh *Shared, opts ...Option) *Client {
+	cl := &Client{conn: c, sh: sh, grace: StreamAbortGrace, socket: DefaultSocket, uri: DefaultURI, count: metrics.Call, opened: metrics.Opened}
 	for _, o := range opts {
 		o(cl)
 	}
@@ -286,7 +288,7 @@ func (c *Client) VolumePhysicalBytes(ctx context.Context, pool, name string) (ui
 // withPoolLock runs fn holding the process-wide lock of the pool, retrying
 // while libvirt says the pool is busy.
 func (c *Client) withPoolLock(ctx context.Context, pool string, fn func(l rpc) error) error {
-	unlock, err := lockPool(ctx, c.poolKey(pool))
+	unlock, err := c.sh.lockPool(ctx, c.poolKey(pool))
 	if err != nil {
 		return err
 	}

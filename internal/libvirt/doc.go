@@ -20,7 +20,7 @@
 //
 //   - Within one process it serializes the short pool-mutating calls (volume
 //     create, volume delete, pool refresh) per (host, pool) with a
-//     context-aware lock shared by every Client of the process. Uploads and
+//     context-aware lock shared by every Client of the process (on its Shared). Uploads and
 //     downloads do not take the lock: they can last minutes, must not block
 //     other resources' volume creation in the same pool, and libvirt does not
 //     count them as asynchronous jobs (measured on libvirt 9.0: a refresh,

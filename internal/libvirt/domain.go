@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 
@@ -70,10 +69,9 @@ type DomainInfo struct {
 	Autostart   bool
 }
 
-// domainHandles remembers the handle (name and UUID) of each domain looked up, by host and
+// Shared.domains remembers the handle (name and UUID) of each domain looked up, by host and
 // name: libvirtd resolves a handle by its UUID, so a domain undefined and defined again under
 // the name fails with IsNotFound and is looked up afresh.
-var domainHandles sync.Map // address + "\x00" + name -> golibvirt.Domain
 
 // Domain returns the state and definitions of the named domain: three RPCs for a shut-off
 // domain, four for an active one, one more when the domain was not looked up before.
@@ -81,7 +79,7 @@ func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 	var out DomainInfo
 	key := c.handleKey(name)
 	err := c.do(ctx, func(l rpc) error {
-		h, cached := domainHandles.Load(key)
+		h, cached := c.sh.domains.Load(key)
 		dom, _ := h.(golibvirt.Domain)
 		var st int32
 		var err error
@@ -89,11 +87,11 @@ func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 			st, _, err = l.DomainGetState(dom, 0)
 		}
 		if !cached || IsNotFound(err) {
-			domainHandles.Delete(key)
+			c.sh.domains.Delete(key)
 			if dom, err = l.DomainLookupByName(name); err != nil {
 				return err
 			}
-			domainHandles.Store(key, dom)
+			c.sh.domains.Store(key, dom)
 			st, _, err = l.DomainGetState(dom, 0)
 		}
 		if err != nil {
@@ -150,18 +148,18 @@ func (c *Client) handleKey(name string) string { return c.conn.Address() + "\x00
 func (c *Client) withKnownDomain(ctx context.Context, name string, fn func(l rpc, d golibvirt.Domain) error) error {
 	key := c.handleKey(name)
 	return c.do(ctx, func(l rpc) error {
-		if h, ok := domainHandles.Load(key); ok {
+		if h, ok := c.sh.domains.Load(key); ok {
 			err := fn(l, h.(golibvirt.Domain)) //nolint:forcetypeassert // only Domains are stored
 			if !IsNotFound(err) {
 				return err
 			}
-			domainHandles.Delete(key)
+			c.sh.domains.Delete(key)
 		}
 		d, err := l.DomainLookupByName(name)
 		if err != nil {
 			return err
 		}
-		domainHandles.Store(key, d)
+		c.sh.domains.Store(key, d)
 		return fn(l, d)
 	})
 }
@@ -233,7 +231,7 @@ func (c *Client) UndefineDomain(ctx context.Context, name string) error {
 	if err == nil {
 		// The remembered handle names a domain that is gone: forget it now rather than at
 		// the next lookup, which may never come.
-		domainHandles.Delete(c.handleKey(name))
+		c.sh.domains.Delete(c.handleKey(name))
 	}
 	return errors.Wrapf(err, errUndefineDomain, name, c.conn.Address())
 }

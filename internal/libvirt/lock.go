@@ -8,18 +8,26 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 )
 
-// poolLocks holds one lock per (host address, pool), shared by every Client
-// of the process. Entries are never removed: there are few pools per host.
-var poolLocks sync.Map // string -> chan struct{}
+// Shared is what every Client of one provider process shares: one lock per (host address,
+// pool) that serializes the pool-mutating calls, and the handles (name and UUID) of the domains
+// looked up. Make one per process (NewShared) and hand it to every New. Entries are never
+// removed: there are few pools per host, and a handle is dropped only when its domain is.
+type Shared struct {
+	pools   sync.Map // address + "\x00" + pool -> chan struct{}
+	domains sync.Map // address + "\x00" + name -> golibvirt.Domain
+}
+
+// NewShared returns the state the Clients of one process share.
+func NewShared() *Shared { return &Shared{} }
 
 // lockPool takes the lock of key, waiting no longer than ctx allows. It
 // returns the unlock func.
-func lockPool(ctx context.Context, key string) (func(), error) {
+func (s *Shared) lockPool(ctx context.Context, key string) (func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	v, _ := poolLocks.LoadOrStore(key, make(chan struct{}, 1))
-	ch := v.(chan struct{}) //nolint:forcetypeassert // only chans are stored
+	v, _ := s.pools.LoadOrStore(key, make(chan struct{}, 1))
+	ch := v.(chan struct{}) // only chans are stored
 	select {
 	case ch <- struct{}{}:
 		return sync.OnceFunc(func() { <-ch }), nil

@@ -32,7 +32,7 @@ func (s slowReader) Read(p []byte) (int, error) {
 func TestIntegrationUploadOnItsOwnConnection(t *testing.T) {
 	tb := requireTestbed(t)
 	var opened atomic.Int32
-	c := New(tb.conn, WithSocket(tb.client().socket), withCounters(func(context.Context, string) {}, func(string) { opened.Add(1) }))
+	c := New(tb.conn, tb.sh, WithSocket(tb.client().socket), withCounters(func(context.Context, string) {}, func(string) { opened.Add(1) }))
 	ctx := ctxT(t, 2*time.Minute)
 	name := uniqueName("ownconn") + ".img"
 	const size = 8 << 20

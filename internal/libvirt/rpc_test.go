@@ -74,7 +74,7 @@ func TestCallsCounted(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var got []call
-			c := New(mockConn(t), WithKind(tc.args.clientKind), withCounters(func(ctx context.Context, op string) {
+			c := New(mockConn(t), NewShared(), WithKind(tc.args.clientKind), withCounters(func(ctx context.Context, op string) {
 				got = append(got, call{metrics.KindFrom(ctx), op})
 			}, func(string) {}))
 			if err := tc.args.fn(metrics.WithKind(context.Background(), tc.args.ctxKind), c); err != nil {

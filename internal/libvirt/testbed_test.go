@@ -18,6 +18,8 @@ type testbed struct {
 	pool string
 	ctl  string
 	conn *host.Conn
+	// sh is shared by the test's clients, as by a process's.
+	sh *Shared
 }
 
 // requireTestbed connects to the test bed (see internal/testbed): skipped loudly without it,
@@ -26,7 +28,7 @@ func requireTestbed(t testing.TB) *testbed {
 	t.Helper()
 	env := testbedenv.Require(t)
 	conn := env.Connect(t, host.WithDialTimeout(10*time.Second), host.WithKeepAlive(2*time.Second))
-	return &testbed{pool: env.Pool, ctl: env.Ctl, conn: conn}
+	return &testbed{pool: env.Pool, ctl: env.Ctl, conn: conn, sh: NewShared()}
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
@@ -44,5 +46,5 @@ func uniqueName(prefix string) string {
 
 // client returns a Client on the test bed's connection.
 func (tb *testbed) client() *Client {
-	return New(tb.conn, WithSocket(os.Getenv("TESTBED_LIBVIRT_SOCKET")))
+	return New(tb.conn, tb.sh, WithSocket(os.Getenv("TESTBED_LIBVIRT_SOCKET")))
 }

@@ -35,9 +35,9 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
+	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/metrics"
 	"github.com/provider-kvm/provider-kvm/internal/testbed"
 	"github.com/provider-kvm/provider-kvm/internal/testenv"
@@ -126,11 +126,11 @@ func TestObserveCost(t *testing.T) {
 	events := domainevents.New(logging.NewNopLogger())
 	conns := host.NewConnections(host.WithOnLibvirt(events.Attach))
 	t.Cleanup(func() { _ = conns.Close() })
-	images := imagecache.NewShared()
+	shared := setup.NewShared()
 	env.Run(t, poll, config.Setup,
-		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, images) },
-		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns) },
-		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, events, images) },
+		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, shared) },
+		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns, shared) },
+		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, events, shared) },
 	)
 	ctx := context.Background()
 	kube := env.Client

@@ -31,8 +31,8 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
+	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/names"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
 	"github.com/provider-kvm/provider-kvm/internal/testbed"
@@ -117,11 +117,11 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 	env.HostConfig(t, tb, "default")
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
-	images := imagecache.NewShared()
+	shared := setup.NewShared()
 	env.Run(t, 2*time.Second, config.Setup,
-		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, images) },
-		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns) },
-		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, nil, images) },
+		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, shared) },
+		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns, shared) },
+		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, nil, shared) },
 	)
 	ctx := context.Background()
 	kube := env.Client

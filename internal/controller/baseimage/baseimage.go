@@ -119,10 +119,9 @@ const (
 
 // Setup adds the BaseImage controller; it starts once the BaseImage CRD is established.
 // A finished publish job requeues its BaseImage at once (done), so it turns Ready the moment
-// the image is verified, not at the next poll. images is the process's image cache state
-// (what Lookup remembers, the claim clock, the base locks), shared with the KVMDomain
-// controller.
-func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, images *imagecache.Shared) error {
+// the image is verified, not at the next poll. shared is the process's state (setup.NewShared):
+// its image cache state is shared with the KVMDomain controller.
+func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, shared *setup.Shared) error {
 	done := make(chan ctrlevent.TypedGenericEvent[client.Object], jobsDoneBuffer)
 	js := newJobs(func(nn types.NamespacedName) {
 		select {
@@ -151,8 +150,8 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, imag
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.BaseImage] {
 			return &connector{
 				jobs: js, recorder: rec,
-				conn:  connection.NewConnector(mgr.GetClient(), conns, rec),
-				alive: listUIDs(mgr.GetAPIReader()), images: images,
+				conn:  connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
+				alive: listUIDs(mgr.GetAPIReader()), images: shared.Images,
 			}
 		},
 	})

@@ -26,6 +26,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
@@ -73,7 +74,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	env.HostConfig(t, tb, "default")
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
-	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, imagecache.NewShared()) })
+	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, setup.NewShared()) })
 
 	dir := t.TempDir()
 	imgA, shaA := qcow2(t, dir, "a.qcow2", 64)
@@ -99,7 +100,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	ctx := context.Background()
 	kube := env.Client
 	env.Namespace(t, "images")
-	lv := libvirt.New(tb.Connect(t))
+	lv := libvirt.New(tb.Connect(t), libvirt.NewShared())
 
 	get := func(bi *v1alpha1.BaseImage) error { return kube.Get(ctx, client.ObjectKeyFromObject(bi), bi) }
 	readyWith := func(bi *v1alpha1.BaseImage, sha string) func() error {

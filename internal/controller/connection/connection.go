@@ -49,11 +49,14 @@ type Connector struct {
 	Usage    resource.ModernTracker
 	Conns    Connections
 	Recorder event.Recorder
+	// Libvirt is what the libvirt clients of the process share (pool locks, domain handles).
+	Libvirt *lv.Shared
 }
 
 // Session is a managed resource's handle on its host.
 type Session struct {
 	conn   *host.Conn
+	lv     *lv.Shared
 	onOpen func(host.OpenInfo)
 	// kind of the managed resource, the kind label of the libvirt calls counted for it.
 	kind string
@@ -87,7 +90,7 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 		return nil, errors.Wrap(err, errResolve)
 	}
 	h := r.Host.WithDefaults()
-	s := &Session{kind: Kind(mg), Defaults: r.Defaults, ImageSources: r.ImageSources, Source: r.Source, Socket: h.Socket, URI: h.URI,
+	s := &Session{lv: c.Libvirt, kind: Kind(mg), Defaults: r.Defaults, ImageSources: r.ImageSources, Source: r.Source, Socket: h.Socket, URI: h.URI,
 		ImportsAllowed: r.ImportsAllowed(mg.GetNamespace())}
 	s.onOpen = func(info host.OpenInfo) {
 		if info.Insecure && c.Recorder != nil {
@@ -135,7 +138,7 @@ func (s *Session) DialContext(ctx context.Context, network, addr string) (net.Co
 // client reaches libvirt (connections of its own, for downloads, use the config's socket and
 // URI).
 func (s *Session) Libvirt() *lv.Client {
-	return lv.New(s, lv.WithSocket(s.Socket), lv.WithURI(s.URI), lv.WithKind(s.kind))
+	return lv.New(s, s.lv, lv.WithSocket(s.Socket), lv.WithURI(s.URI), lv.WithKind(s.kind))
 }
 
 // Conn returns the underlying pooled connection.
@@ -145,9 +148,10 @@ func (s *Session) Conn() *host.Conn { return s.conn }
 func (s *Session) Address() string { return s.conn.Address() }
 
 // NewConnector returns the Connector a managed resource controller uses: usage is tracked
-// with ProviderConfigUsages, connections come from conns, warnings go to rec.
-func NewConnector(kube client.Client, conns Connections, rec event.Recorder) *Connector {
-	return &Connector{
+// with ProviderConfigUsages, connections come from conns, warnings go to rec, and the libvirt
+// clients share lvs (one per process).
+func NewConnector(kube client.Client, conns Connections, rec event.Recorder, lvs *lv.Shared) *Connector {
+	return &Connector{Libvirt: lvs,
 		Kube: kube, Usage: resource.NewProviderConfigUsageTracker(kube, &v1alpha1.ProviderConfigUsage{}),
 		Conns: conns, Recorder: rec,
 	}

@@ -27,9 +27,9 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
+	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/testbed"
 	"github.com/provider-kvm/provider-kvm/internal/testenv"
 )
@@ -91,11 +91,11 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 	// A poll of an hour: whatever happens within the test is seen through libvirt's events,
 	// the watches on inputs and the short polls of resources that are not Ready or were just
 	// updated, never through the poll (the provider's default is a minute).
-	images := imagecache.NewShared()
+	shared := setup.NewShared()
 	env.Run(t, time.Hour, config.Setup,
-		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, images) },
-		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns) },
-		func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, events, images) },
+		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, shared) },
+		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns, shared) },
+		func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, events, shared) },
 	)
 	ctx := context.Background()
 	kube := env.Client

@@ -77,9 +77,9 @@ const (
 // events (from the watcher the host connections feed, see internal/domainevents), a domain's
 // lifecycle and guest agent events reconcile its KVMDomain at once; nil means polls only. A
 // BaseImage or SeedVolume turning Ready reconciles the KVMDomains that name it (inputwatch.go).
-// images is the process's image cache state, shared with the BaseImage controller: overlays
-// are created through it (imagecache.Shared.CreateOverlay).
-func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher, images *imagecache.Shared) error {
+// shared is the process's state (setup.NewShared): overlays are created through its image cache
+// state, shared with the BaseImage controller (imagecache.Shared.CreateOverlay).
+func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher, shared *setup.Shared) error {
 	watches := inputWatches(mgr.GetCache(), mgr.GetClient())
 	if events != nil {
 		watches = append(watches, events.Source())
@@ -97,8 +97,8 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.KVMDomain] {
 			return &connector{
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns,
-				conn:    connection.NewConnector(mgr.GetClient(), conns, rec),
-				records: ownership.NewRecords(), images: images,
+				conn:    connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
+				records: ownership.NewRecords(), images: shared.Images,
 			}
 		},
 	})

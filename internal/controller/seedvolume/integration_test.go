@@ -23,6 +23,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
@@ -76,7 +77,7 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	env.HostConfig(t, tb, "default")
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
-	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns) })
+	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, setup.NewShared()) })
 
 	ctx := context.Background()
 	kube := env.Client
@@ -115,7 +116,7 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	testenv.Eventually(t, 2*time.Minute, "SeedVolume Ready", ready(""))
 
 	// The volume on the host holds exactly the bytes we asked for.
-	lv := libvirt.New(tb.Connect(t))
+	lv := libvirt.New(tb.Connect(t), libvirt.NewShared())
 	download := func() ([]byte, error) {
 		var buf bytes.Buffer
 		err := lv.Download(ctx, sv.Status.AtProvider.Pool, sv.Status.AtProvider.VolumeName, &buf, 0, 0)

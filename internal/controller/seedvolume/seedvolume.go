@@ -72,7 +72,7 @@ const (
 )
 
 // Setup adds the SeedVolume controller; it starts once the SeedVolume CRD is established.
-func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) error {
+func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, shared *setup.Shared) error {
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.SeedVolume]{
 		GroupKind: v1alpha1.SeedVolumeGroupKind,
 		GVK:       v1alpha1.SeedVolumeGroupVersionKind,
@@ -90,7 +90,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections) erro
 			return &connector{
 				kube:     mgr.GetClient(),
 				recorder: rec,
-				conn:     connection.NewConnector(mgr.GetClient(), conns, rec),
+				conn:     connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
 				records:  ownership.NewRecords(),
 				checks:   newChecks(),
 			}
