@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -216,5 +218,128 @@ func TestClaimClockJudge(t *testing.T) {
 	k.forget("claim")
 	if got := k.judge("claim", "9.0", t0.Add(10*claimStale)); got != leaseFresh {
 		t.Errorf("after forget, a claim is first seen again: got %d, want fresh", got)
+	}
+}
+
+func TestPlanRemove(t *testing.T) {
+	vol := volA
+	pub := Image{State: StatePublished, Pool: tpool, Volume: vol, HasData: true, HasMarker: true, HasOwn: true, Path: pathA, Owner: us}
+	with := func(img Image, f func(*Image)) Image { f(&img); return img }
+	unused, used := &Usage{}, &Usage{Users: []string{"volume default/vm.root.qcow2"}}
+	deleteAll := []string{vol, OwnerName(vol, us.UID), ClaimName(vol)}
+	type want struct {
+		plan removePlan
+		err  error
+	}
+	cases := map[string]struct {
+		reason string
+		f      removeFacts
+		want   want
+	}{
+		"Kept": {
+			reason: "other owners remain: only the caller's record goes",
+			f:      removeFacts{img: pub, uid: us.UID, others: 2},
+			want:   want{plan: removePlan{Kept: true, DeleteOwn: true}},
+		},
+		"Absent": {
+			reason: "nothing on the host but the caller's record",
+			f:      removeFacts{img: Image{State: StateAbsent, Pool: tpool, Volume: vol, HasOwn: true}, uid: us.UID},
+			want:   want{plan: removePlan{Done: true, DeleteOwn: true}},
+		},
+		"NoRecordNamesAnyone": {
+			reason: "data without records is never ours",
+			f:      removeFacts{img: Image{State: StateDebris, Pool: tpool, Volume: vol, HasData: true}, uid: us.UID},
+			want:   want{err: &OwnedByOtherError{Pool: tpool, Volume: vol}},
+		},
+		"AskPublisher": {
+			reason: "a legacy volume of another owner: is its publisher alive?",
+			f:      removeFacts{img: with(pub, func(i *Image) { i.Volume, i.HasOwn, i.Owner = legacyVol, false, them }), uid: us.UID},
+			want:   want{plan: removePlan{Need: needPublisher}},
+		},
+		"PublisherLive": {
+			reason: "a legacy volume of a live owner is theirs",
+			f:      removeFacts{img: with(pub, func(i *Image) { i.Volume, i.HasOwn, i.Owner = legacyVol, false, them }), uid: us.UID, askedPublisher: true, publisherLive: true},
+			want:   want{err: &OwnedByOtherError{Pool: tpool, Volume: legacyVol, Owner: them}},
+		},
+		"AskUsers": {
+			reason: "data exists: its users are found before anything is decided",
+			f:      removeFacts{img: pub, uid: us.UID},
+			want:   want{plan: removePlan{Need: needUsers}},
+		},
+		"InUse": {
+			reason: "data in use stays",
+			f:      removeFacts{img: pub, uid: us.UID, usage: used},
+			want:   want{err: &InUseError{Pool: tpool, Volume: vol, Users: used.Users}},
+		},
+		"AskLease": {
+			reason: "a claim this process does not hold: how fresh is it?",
+			f:      removeFacts{img: with(pub, func(i *Image) { i.HasClaim = true }), uid: us.UID, usage: unused},
+			want:   want{plan: removePlan{Need: needLease}},
+		},
+		"ClaimHeld": {
+			reason: "a claim its holder renews is never deleted under it",
+			f:      removeFacts{img: with(pub, func(i *Image) { i.HasClaim = true }), uid: us.UID, usage: unused, judgedLease: true, lease: leaseFresh},
+			want:   want{err: errors.Errorf(errClaimHeld, vol, tpool)},
+		},
+		"StaleClaim": {
+			reason: "a stale claim is debris: unpublish and delete, without a claim of our own",
+			f:      removeFacts{img: with(pub, func(i *Image) { i.HasClaim = true }), uid: us.UID, usage: unused, judgedLease: true, lease: leaseStale},
+			want:   want{plan: removePlan{Unpublish: true, Delete: deleteAll}},
+		},
+		"Remove": {
+			reason: "the last owner of an unused volume: claim, unpublish, delete",
+			f:      removeFacts{img: pub, uid: us.UID, usage: unused},
+			want:   want{plan: removePlan{WriteClaim: true, Unpublish: true, Delete: deleteAll}},
+		},
+		"RemoveDebrisWithoutData": {
+			reason: "a marker without data: no users to find",
+			f:      removeFacts{img: with(pub, func(i *Image) { i.State, i.HasData = StateDebris, false }), uid: us.UID},
+			want:   want{plan: removePlan{WriteClaim: true, Unpublish: true, Delete: deleteAll}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, err := planRemove(tc.f)
+			if diff := cmp.Diff(tc.want.err, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nplanRemove(): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.want.plan, p); diff != "" {
+				t.Errorf("%s\nplanRemove(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestPlanRecheck(t *testing.T) {
+	boom := errors.New("boom")
+	inUse := &InUseError{Pool: tpool, Volume: volA, Users: []string{"volume default/vm.root.qcow2"}}
+	pub := Image{State: StatePublished, Volume: volA}
+	type want struct {
+		plan recheckPlan
+		err  error
+	}
+	cases := map[string]struct {
+		reason         string
+		img            Image
+		others         int
+		ownersErr, use error
+		want           want
+	}{
+		"Clear":        {reason: "nobody appeared: go on", img: pub},
+		"OwnerAdded":   {reason: "an owner appeared: restore and detach", img: pub, others: 1, want: want{plan: recheckPlan{Restore: true, DropClaim: true, Kept: true}}},
+		"OverlayAdded": {reason: "a user appeared: restore and fail", img: pub, use: inUse, want: want{plan: recheckPlan{Restore: true, DropClaim: true}, err: inUse}},
+		"OwnersFail":   {reason: "owners unknown: restore and fail", img: pub, ownersErr: boom, want: want{plan: recheckPlan{Restore: true, DropClaim: true}, err: boom}},
+		"Debris":       {reason: "debris is not marked again", img: Image{State: StateDebris, Volume: volA}, others: 1, want: want{plan: recheckPlan{DropClaim: true, Kept: true}}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, err := planRecheck(tc.img, tc.others, tc.ownersErr, tc.use)
+			if diff := cmp.Diff(tc.want.err, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nplanRecheck(): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.want.plan, p); diff != "" {
+				t.Errorf("%s\nplanRecheck(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
 	}
 }
