@@ -22,7 +22,7 @@ func TestPlanPublish(t *testing.T) {
 	}
 	type want struct {
 		plan publishPlan
-		err  string
+		err  error
 	}
 	cases := map[string]struct {
 		reason   string
@@ -61,12 +61,12 @@ func TestPlanPublish(t *testing.T) {
 		"PublishedWithOtherDigest": {
 			reason: "a marker recording other bytes under this digest's name is never used",
 			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: them, Marker: marker(them, strings.Repeat("e", 64), FormatQCOW2)},
-			want:   want{err: "it is never used for this image"},
+			want:   want{err: errors.Errorf(errOtherDigest, vol, "", strings.Repeat("e", 64), FormatQCOW2, sum, FormatQCOW2)},
 		},
 		"PublishedWithOtherFormat": {
 			reason: "the same digest recorded as another format is never used",
 			img:    Image{State: StatePublished, Volume: vol, HasData: true, HasMarker: true, Owner: them, Marker: marker(them, sum, FormatRaw)},
-			want:   want{err: "it is never used for this image"},
+			want:   want{err: errors.Errorf(errOtherDigest, vol, "", sum, FormatRaw, sum, FormatQCOW2)},
 		},
 		"ClaimedByLiveOther": {
 			reason: "an upload another live owner runs is waited for, never touched",
@@ -116,7 +116,7 @@ func TestPlanPublish(t *testing.T) {
 		"DataWithoutRecord": {
 			reason: "data that no record names was not made by us",
 			img:    Image{State: StateDebris, Volume: vol, HasData: true},
-			want:   want{err: "without an ownership record"},
+			want:   want{err: &OwnedByOtherError{Volume: vol}},
 		},
 		"OurCutUpload": {
 			reason:   "our cut upload: check users, delete the data and our claim, write a new claim",
@@ -144,14 +144,7 @@ func TestPlanPublish(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			p, err := planPublish(tc.img, us, src, live, tc.ourClaim, tc.lease)
-			got := want{plan: p}
-			if err != nil {
-				got.err = err.Error()
-				if strings.Contains(got.err, tc.want.err) && tc.want.err != "" {
-					got.err = tc.want.err
-				}
-			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+			if diff := cmp.Diff(tc.want, want{plan: p, err: err}, cmp.AllowUnexported(want{}), test.EquateErrors()); diff != "" {
 				t.Errorf("%s\nplanPublish(): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
@@ -166,27 +159,24 @@ func TestVerifyUpload(t *testing.T) {
 		src     Source
 		u       uploaded
 		virtual int64
-		err     string
+		err     error
 	}{
 		"Complete":        {reason: "all bytes, the digest, the file: the header's virtual size", src: qcow, u: uploaded{N: 10, Total: 10, Physical: 10, SHA256: sum, VirtualSize: 100}, virtual: 100},
 		"NoContentLength": {reason: "an unknown length is fine when the file holds every byte", src: qcow, u: uploaded{N: 10, Physical: 10, SHA256: sum, VirtualSize: 100}, virtual: 100},
 		"Raw":             {reason: "a raw image is as large as its bytes", src: Source{URL: "https://x/i.img", Format: FormatRaw}, u: uploaded{N: 10, Physical: 10, SHA256: sum}, virtual: 10},
-		"Short":           {reason: "fewer bytes than announced", src: qcow, u: uploaded{N: 9, Total: 10, Physical: 9, SHA256: sum}, err: "9"},
-		"WrongDigest":     {reason: "another image", src: qcow, u: uploaded{N: 10, Total: 10, Physical: 10, SHA256: strings.Repeat("b", 64)}, err: "sha256"},
-		"ShortOnDisk":     {reason: "the stream was complete but the file is not", src: qcow, u: uploaded{N: 10, Total: 10, Physical: 8, SHA256: sum}, err: "8"},
+		"Short":           {reason: "fewer bytes than announced", src: qcow, u: uploaded{N: 9, Total: 10, Physical: 9, SHA256: sum}, err: errors.Errorf(errSize, qcow.URL, 9, 10)},
+		"WrongDigest":     {reason: "another image", src: qcow, u: uploaded{N: 10, Total: 10, Physical: 10, SHA256: strings.Repeat("b", 64)}, err: &DigestMismatchError{URL: qcow.URL, Want: sum, Got: strings.Repeat("b", 64)}},
+		"ShortOnDisk":     {reason: "the stream was complete but the file is not", src: qcow, u: uploaded{N: 10, Total: 10, Physical: 8, SHA256: sum}, err: errors.Errorf(errPhysical, "vol", 8, 10)},
 		"UnverifiedRaw":   {reason: "no digest asked: the computed one is not compared", src: Source{URL: "https://x/i.img", Format: FormatRaw}, u: uploaded{N: 3, Physical: 3, SHA256: "c"}, virtual: 3},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			v, err := verifyUpload(tc.src, tc.src.URL, "vol", tc.u)
-			if tc.err == "" {
-				if err != nil || v != tc.virtual {
-					t.Errorf("%s\nverifyUpload() = %d, %v; want %d, nil", tc.reason, v, err, tc.virtual)
-				}
-				return
+			if diff := cmp.Diff(tc.err, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nverifyUpload(): -want error, +got error:\n%s", tc.reason, diff)
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s\nverifyUpload() error %v, want one mentioning %q", tc.reason, err, tc.err)
+			if diff := cmp.Diff(tc.virtual, v); diff != "" {
+				t.Errorf("%s\nverifyUpload(): -want virtual size, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}
