@@ -164,38 +164,9 @@ func planRemove(f removeFacts) (removePlan, error) {
 	case img.State == StateAbsent:
 		return removePlan{Done: true, DeleteOwn: img.HasOwn}, nil
 	}
-	if !img.HasOwn {
-		// Not an owner: a volume whose owners are all gone (anyone may remove it once unused:
-		// Sweep does), or one from before shared images, whose marker names its one owner.
-		if img.HasData && img.Owner.UID == "" {
-			// No record names anyone: not made by us, never ours to delete.
-			return removePlan{}, &OwnedByOtherError{Pool: img.Pool, Volume: img.Volume}
-		}
-		if !isDigestName(img.Volume) && img.Owner.UID != f.uid {
-			if !f.askedPublisher {
-				return removePlan{Need: needPublisher}, nil
-			}
-			if f.publisherLive {
-				return removePlan{}, &OwnedByOtherError{Pool: img.Pool, Volume: img.Volume, Owner: img.Owner}
-			}
-		}
-	}
-	if img.HasData {
-		if f.usage == nil {
-			return removePlan{Need: needUsers}, nil
-		}
-		if f.usage.InUse() {
-			return removePlan{}, &InUseError{Pool: img.Pool, Volume: img.Volume, Users: f.usage.Users, Doubts: f.usage.Doubts}
-		}
-	}
-	// An upload another process still renews is never deleted under it: that process may
-	// publish for owners added meanwhile, or finish its own cleanup.
-	if img.HasClaim && !f.ourClaim {
-		if !f.judgedLease {
-			return removePlan{Need: needLease}, nil
-		}
-		if f.lease == leaseFresh {
-			return removePlan{}, errors.Errorf(errClaimHeld, img.Volume, img.Pool)
+	for _, check := range []func(removeFacts) (removePlan, error){planNotOwner, planUsers, planClaim} {
+		if p, err := check(f); err != nil || p.Need != needNothing {
+			return p, err
 		}
 	}
 	return removePlan{
@@ -203,6 +174,54 @@ func planRemove(f removeFacts) (removePlan, error) {
 		Unpublish:  img.HasMarker,
 		Delete:     []string{img.Volume, OwnerName(img.Volume, f.uid), ClaimName(img.Volume)},
 	}, nil
+}
+
+// planNotOwner refuses a caller without an owner record what it may not remove: data that no
+// record names, or a volume from before shared images whose one owner (its marker names it)
+// still exists. Anyone may remove a volume whose owners are all gone, once unused (Sweep does).
+func planNotOwner(f removeFacts) (removePlan, error) {
+	img := f.img
+	switch {
+	case img.HasOwn:
+		return removePlan{}, nil
+	case img.HasData && img.Owner.UID == "":
+		// No record names anyone: not made by us, never ours to delete.
+		return removePlan{}, &OwnedByOtherError{Pool: img.Pool, Volume: img.Volume}
+	case isDigestName(img.Volume) || img.Owner.UID == f.uid:
+		return removePlan{}, nil
+	case !f.askedPublisher:
+		return removePlan{Need: needPublisher}, nil
+	case f.publisherLive:
+		return removePlan{}, &OwnedByOtherError{Pool: img.Pool, Volume: img.Volume, Owner: img.Owner}
+	}
+	return removePlan{}, nil
+}
+
+// planUsers keeps a data volume that is in use, or whose users cannot be ruled out.
+func planUsers(f removeFacts) (removePlan, error) {
+	switch {
+	case !f.img.HasData:
+		return removePlan{}, nil
+	case f.usage == nil:
+		return removePlan{Need: needUsers}, nil
+	case f.usage.InUse():
+		return removePlan{}, &InUseError{Pool: f.img.Pool, Volume: f.img.Volume, Users: f.usage.Users, Doubts: f.usage.Doubts}
+	}
+	return removePlan{}, nil
+}
+
+// planClaim keeps an upload or removal another process still renews: that process may
+// publish for owners added meanwhile, or finish its own cleanup.
+func planClaim(f removeFacts) (removePlan, error) {
+	switch {
+	case !f.img.HasClaim || f.ourClaim:
+		return removePlan{}, nil
+	case !f.judgedLease:
+		return removePlan{Need: needLease}, nil
+	case f.lease == leaseFresh:
+		return removePlan{}, errors.Errorf(errClaimHeld, f.img.Volume, f.img.Pool)
+	}
+	return removePlan{}, nil
 }
 
 // recheckPlan is what Remove does after unpublishing (see planRecheck).

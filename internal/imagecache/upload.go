@@ -3,6 +3,7 @@ package imagecache
 import (
 	"context"
 	"crypto/sha256"
+	"io"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
@@ -34,7 +35,9 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expect
 	}
 	faultpoint.Reach(faultpoint.BaseDataCreated)
 
-	uerr := c.lv.Upload(d.Context(), pool, vol, d.Stream(src.Format, progress), uint64(d.Total))
+	uerr := d.Copy(src.Format, progress, func(ctx context.Context, r io.Reader) error {
+		return c.lv.Upload(ctx, pool, vol, r, uint64(d.Total))
+	})
 	failure := d.Close()
 	res := Result{Bytes: d.N(), FinalURL: d.FinalURL}
 	if err := streamFailure(ctx, d, failure, uerr, shownURL, vol, pool); err != nil {

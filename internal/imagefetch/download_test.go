@@ -66,7 +66,10 @@ func fetch(f *Fetcher, rawURL string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, cerr := io.Copy(io.Discard, struct{ io.Reader }{d.Stream(FormatRaw, nil)})
+	cerr := d.Copy(FormatRaw, nil, func(_ context.Context, r io.Reader) error {
+		_, err := io.Copy(io.Discard, struct{ io.Reader }{r})
+		return err
+	})
 	if err := d.Close(); err != nil {
 		return d.N(), err
 	}

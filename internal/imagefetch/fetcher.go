@@ -40,7 +40,7 @@ type Download struct {
 	ctx, pctx context.Context
 	stalled   func()
 	cancel    context.CancelFunc
-	resp      *http.Response
+	body      io.ReadCloser
 	s         *imageStream
 	srcErr    error
 }
@@ -48,24 +48,21 @@ type Download struct {
 // Open sends the GET of rawURL under ctx. The returned Download must be closed.
 func (f *Fetcher) Open(ctx context.Context, rawURL string) (*Download, error) {
 	pctx, stalled, cancel := withStall(ctx)
-	resp, finalURL, total, err := f.get(pctx, rawURL)
+	body, finalURL, total, err := f.get(pctx, rawURL)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	return &Download{Total: total, FinalURL: finalURL, f: f, shownURL: RedactURL(rawURL), ctx: ctx, pctx: pctx,
-		stalled: stalled, cancel: cancel, resp: resp}, nil
+		stalled: stalled, cancel: cancel, body: body}, nil
 }
 
-// Context is the download's context: it ends when the stream stalls. What reads the stream
-// runs under it, so that a stall cuts it too.
-func (d *Download) Context() context.Context { return d.pctx }
-
-// Stream starts reading the body: a reader goroutine fills buffers and hashes them while the
-// previous one is consumed. The image must be of format f; progress may be nil.
-func (d *Download) Stream(f Format, progress ProgressFunc) io.Reader {
-	d.s = newImageStream(d.resp.Body, f, d.Total, d.f.dl.Limits.MaxBytes, d.f.dl.Limits.StallTimeout, d.stalled, progress)
-	return d.s
+// Copy streams the body into to: a reader goroutine fills buffers and hashes them while the
+// previous one is consumed by to, which runs under the download's context (it ends when the
+// stream stalls). The image must be of format f; progress may be nil. It returns to's error.
+func (d *Download) Copy(f Format, progress ProgressFunc, to func(ctx context.Context, r io.Reader) error) error {
+	d.s = newImageStream(d.body, f, d.Total, d.f.dl.Limits.MaxBytes, d.f.dl.Limits.StallTimeout, d.stalled, progress)
+	return to(d.pctx, d.s)
 }
 
 // Close ends the download and returns the failure of its source, nil when the source is not
@@ -74,10 +71,10 @@ func (d *Download) Stream(f Format, progress ProgressFunc) io.Reader {
 func (d *Download) Close() error {
 	defer d.cancel()
 	if d.s == nil {
-		return d.resp.Body.Close()
+		return d.body.Close()
 	}
 	d.srcErr = d.s.failed() // before closing the body makes the reader fail
-	_ = d.resp.Body.Close() // unblocks the reader goroutine
+	_ = d.body.Close()      // unblocks the reader goroutine
 	d.s.close()
 	return d.f.sourceFailure(d.ctx, d.pctx, d.srcErr, d.shownURL, d.FinalURL)
 }
@@ -107,7 +104,10 @@ func (f *Fetcher) Digest(ctx context.Context, rawURL string, format Format) (str
 	if err != nil {
 		return "", "", err
 	}
-	_, cerr := io.Copy(io.Discard, d.Stream(format, nil))
+	cerr := d.Copy(format, nil, func(_ context.Context, r io.Reader) error {
+		_, err := io.Copy(io.Discard, r)
+		return err
+	})
 	if err := d.Close(); err != nil {
 		return "", "", err
 	}
@@ -127,10 +127,10 @@ func SizeError(shownURL string, n, total int64) error {
 
 // get sends the GET of rawURL under ctx, through the guarded client: the
 // policy is checked on the URL, on every redirect and on every address
-// dialed. It returns a 200 response, the URL it finally came from (without
+// dialed. It returns the body of a 200 response, the URL it finally came from (without
 // password) and its announced size (0 when unknown); an announced size over
 // the limit is refused before anything is read.
-func (f *Fetcher) get(ctx context.Context, rawURL string) (*http.Response, string, int64, error) {
+func (f *Fetcher) get(ctx context.Context, rawURL string) (io.ReadCloser, string, int64, error) {
 	shownURL := RedactURL(rawURL)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
@@ -160,7 +160,7 @@ func (f *Fetcher) get(ctx context.Context, rawURL string) (*http.Response, strin
 		_ = resp.Body.Close()
 		return nil, "", 0, &LimitError{URL: finalURL, Config: f.dl.Config, Limit: LimitSize, MaxBytes: f.dl.Limits.MaxBytes, Announced: total}
 	}
-	return resp, finalURL, total, nil
+	return resp.Body, finalURL, total, nil
 }
 
 // sourceFailure is the error of a stream that failed because of its source:

@@ -12,8 +12,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 )
 
-func wrapErr(err error) error { return errors.Wrap(errors.Wrap(err, "inner"), "outer") }
-
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
 
 // testConfig names the config of the test's Downloads in messages.
