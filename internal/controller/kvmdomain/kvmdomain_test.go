@@ -115,7 +115,7 @@ func newExt(h *fakeHost, imports bool) *external {
 	return &external{lv: h, recorder: event.NewNopRecorder(), shutdowns: &shutdowns{m: map[types.UID]time.Time{}},
 		defaults: v1alpha1.HostDefaults{Pool: pool, Network: "default", DomainType: "qemu"}, source: "ClusterProviderConfig/default",
 		records: ownership.NewRecords(), host: "root@h:22", importsAllowed: imports,
-		kube: nil}
+		policies: true, kube: nil}
 }
 
 // seen is what the tests compare after a call.
@@ -167,8 +167,10 @@ func TestObserve(t *testing.T) {
 		cr      *v1alpha1.KVMDomain
 		host    []hostSetup
 		imports bool
-		errSub  string
-		want    seen
+		// policiesOff: the provider runs with --enable-management-policies=false.
+		policiesOff bool
+		errSub      string
+		want        seen
 	}{
 		"OursShutOff": {
 			reason: "our domain is observed",
@@ -199,6 +201,11 @@ func TestObserve(t *testing.T) {
 			reason: "an allowed import reports the domain's own MAC and state",
 			cr:     kvm(named("legacy"), observeOnlyPolicy), imports: true, host: []hostSetup{withDomain("legacy", "", libvirt.StateShutOff)},
 			want: seen{Exists: true, State: "ShutOff", MAC: "52:54:00:12:34:56", Domains: []string{"legacy"}, Victim: "untouched"},
+		},
+		"ObserveOnlyPoliciesOff": {
+			reason: "with management policies disabled, [Observe] is not an import (as for the managed reconciler), so the external name is refused",
+			cr:     kvm(named("legacy"), observeOnlyPolicy), imports: true, policiesOff: true, host: []hostSetup{withDomain("legacy", "", libvirt.StateShutOff)},
+			errSub: "is not this KVMDomain's domain name", want: seen{Err: "is not this KVMDomain's domain name", Domains: []string{"legacy"}, Victim: "untouched"},
 		},
 		"DeletingIgnoresExternalName": {
 			reason: "while deleting, the derived domain is what is looked at",
@@ -231,11 +238,51 @@ func TestObserve(t *testing.T) {
 			}
 			cr := tc.cr
 			cr.Spec.ForProvider.PowerState = v1alpha1.PowerStateStopped
-			o, err := newExt(h, tc.imports).Observe(context.Background(), cr)
+			e := newExt(h, tc.imports)
+			e.policies = !tc.policiesOff
+			o, err := e.Observe(context.Background(), cr)
 			got := look(t, h, before, err, tc.errSub)
 			got.Exists, got.State, got.MAC = o.ResourceExists, cr.Status.AtProvider.State, cr.Status.AtProvider.MACAddress
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestObserveOnly(t *testing.T) {
+	cases := map[string]struct {
+		reason   string
+		enabled  bool
+		policies xpv2.ManagementPolicies
+		want     bool
+	}{
+		"Observe": {
+			reason: "[Observe] alone is an import", enabled: true,
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionObserve}, want: true,
+		},
+		"All": {
+			reason: "[*] manages the domain", enabled: true,
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionAll},
+		},
+		"ObserveDelete": {
+			reason: "[Observe, Delete] may delete, so it is not observe-only", enabled: true,
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionObserve, xpv2.ManagementActionDelete},
+		},
+		"ObserveTwice": {
+			reason: "a repeated Observe is still only Observe (a set, not a slice)", enabled: true,
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionObserve, xpv2.ManagementActionObserve}, want: true,
+		},
+		"Disabled": {
+			reason:   "with --enable-management-policies=false the policies are ignored, [Observe] included",
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionObserve},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := &external{policies: tc.enabled}
+			if got := e.observeOnly(kvm(func(d *v1alpha1.KVMDomain) { d.SetManagementPolicies(tc.policies) })); got != tc.want {
+				t.Errorf("%s\nobserveOnly(%v, enabled %t): want %t, got %t", tc.reason, tc.policies, tc.enabled, tc.want, got)
 			}
 		})
 	}
