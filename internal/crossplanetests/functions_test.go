@@ -58,7 +58,7 @@ func freeLoopbackPort(t *testing.T) int {
 		t.Fatalf("cannot find a free loopback port: %v", err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port //nolint:forcetypeassert // a tcp listener has a TCP address
+	return l.Addr().(*net.TCPAddr).Port // a TCP listener has a TCP address
 }
 
 // startFunction runs a function binary with --insecure on a free loopback port until the
