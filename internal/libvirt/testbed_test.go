@@ -1,7 +1,6 @@
 package libvirt
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
@@ -27,12 +26,6 @@ func requireTestbed(t testing.TB) *testbed {
 	env := testbedenv.Require(t)
 	conn := env.Connect(t, host.WithDialTimeout(10*time.Second), host.WithKeepAlive(2*time.Second))
 	return &testbed{pool: env.Pool, ctl: env.Ctl, conn: conn}
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // uniqueName returns a volume name no other test run uses.

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -162,7 +163,7 @@ func TestObserveCost(t *testing.T) {
 				ForProvider: v1alpha1.BaseImageParameters{Format: v1alpha1.ImageFormatRaw,
 					Source: v1alpha1.ImageSource{URL: fmt.Sprintf("%s/%d.raw", srv.URL, i), SHA256: hex.EncodeToString(sum[:])}}}},
 			&v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name(i)}, Spec: v1alpha1.SeedVolumeSpec{
-				ForProvider: v1alpha1.SeedVolumeParameters{Hostname: name(i), UserData: ptr("#cloud-config\n")}}},
+				ForProvider: v1alpha1.SeedVolumeParameters{Hostname: name(i), UserData: ptr.To("#cloud-config\n")}}},
 			// Defined and shut off: the bench boots no guest.
 			&v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name(i)}, Spec: v1alpha1.KVMDomainSpec{
 				ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 128, PowerState: v1alpha1.PowerStateStopped,
@@ -208,8 +209,6 @@ func TestObserveCost(t *testing.T) {
 	}
 	print(t, rows)
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // allReady returns an error naming the first resource that is not Ready.
 func allReady(ctx context.Context, kube client.Client, objs []client.Object) error {

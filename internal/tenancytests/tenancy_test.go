@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -148,7 +149,7 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 		ForProvider: v1alpha1.SeedVolumeParameters{UserData: &ud}}}
 	aVM := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "vm"}, Spec: v1alpha1.KVMDomainSpec{
 		ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 256, PowerState: v1alpha1.PowerStateStopped,
-			BaseImageName: ptr("base"), SeedVolumeName: ptr("seed")}}}
+			BaseImageName: ptr.To("base"), SeedVolumeName: ptr.To("seed")}}}
 	for _, o := range []client.Object{aBase, aSeed, aVM} {
 		if err := kube.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -238,7 +239,7 @@ func TestSecondTeamCannotTouchTheFirst(t *testing.T) {
 		hijack := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: teamB, Name: "hijack",
 			Annotations: map[string]string{meta.AnnotationKeyExternalName: aDomain}},
 			Spec: v1alpha1.KVMDomainSpec{ForProvider: v1alpha1.KVMDomainParameters{VCPU: 8, MemoryMiB: 8192,
-				PowerState: v1alpha1.PowerStateRunning, BaseImageName: ptr("none")}}}
+				PowerState: v1alpha1.PowerStateRunning, BaseImageName: ptr.To("none")}}}
 		if err := kube.Create(ctx, hijack); err != nil {
 			t.Fatal(err)
 		}
@@ -295,5 +296,3 @@ func diffSnapshots(a, b map[string]string) string {
 	}
 	return strings.Join(out, "\n")
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -179,19 +180,9 @@ func (e *env) values() map[string]string {
 
 // hostValues are the values of clusterproviderconfig.yaml for one host.
 func hostValues(vals map[string]string, h hostConfig) map[string]string {
-	return with(vals, "PC_NAME", h.Name, "SSH_HOST", h.SSHHost, "SSH_PORT", fmt.Sprint(h.SSHPort),
-		"POOL", h.Pool, "ATTACHMENT", h.attachment())
-}
-
-func with(m map[string]string, kv ...string) map[string]string {
-	out := make(map[string]string, len(m)+len(kv)/2)
-	for k, v := range m {
-		out[k] = v
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		out[kv[i]] = kv[i+1]
-	}
-	return out
+	v := maps.Clone(vals)
+	v["PC_NAME"], v["SSH_HOST"], v["SSH_PORT"], v["POOL"], v["ATTACHMENT"] = h.Name, h.SSHHost, fmt.Sprint(h.SSHPort), h.Pool, h.attachment()
+	return v
 }
 
 // ------------------------------------------------------------------ waiting
@@ -382,7 +373,9 @@ func (e *env) installLocal(ctx context.Context, vals map[string]string) (string,
 		{fnProxy, fmt.Sprintf("127.0.0.1:%d/provider-kvm/function-kvm-proxy:%s", e.cfg.RegistryPort, e.cfg.PkgTag), e.cfg.FnProxyPort},
 		{fnAutoReady, "xpkg.crossplane.io/crossplane-contrib/function-auto-ready:v0.7.0", e.cfg.FnAutoReadyPort},
 	} {
-		if err := e.apply(ctx, "functionrevision.yaml", with(vals, "FN_NAME", fn.name, "FN_IMAGE", fn.image)); err != nil {
+		fv := maps.Clone(vals)
+		fv["FN_NAME"], fv["FN_IMAGE"] = fn.name, fn.image
+		if err := e.apply(ctx, "functionrevision.yaml", fv); err != nil {
 			return "", err
 		}
 		fr := &pkgv1.FunctionRevision{ObjectMeta: metav1.ObjectMeta{Name: fn.name + "-local"}}

@@ -174,7 +174,8 @@ func TestManifests(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in %s (%v)", e.cfg.Manifests, err)
 	}
-	vals := with(hostValues(e.values(), e.cfg.Hosts[0]), "FN_NAME", "fn", "FN_IMAGE", "127.0.0.1:15000/fn:v0")
+	vals := hostValues(e.values(), e.cfg.Hosts[0])
+	vals["FN_NAME"], vals["FN_IMAGE"] = "fn", "127.0.0.1:15000/fn:v0"
 	for _, f := range files {
 		objs, err := e.objects(filepath.Base(f), vals)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -56,8 +57,8 @@ func TestWaitForInputs(t *testing.T) {
 			}
 			e := &external{kube: fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...).Build()}
 			cr := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm"}}
-			cr.Spec.ForProvider.BaseImageName = ptr("base")
-			cr.Spec.ForProvider.SeedVolumeName = ptr("seed")
+			cr.Spec.ForProvider.BaseImageName = ptr.To("base")
+			cr.Spec.ForProvider.SeedVolumeName = ptr.To("seed")
 			cr.Status.AtProvider.WaitingFor = "stale"
 
 			err := e.waitForInputs(context.Background(), cr)

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -123,13 +124,13 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		&v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian"}, Spec: v1alpha1.BaseImageSpec{
 			ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: img.URL + "/debian-12-testbed.qcow2", SHA256: sum}}}},
 		&v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}, Spec: v1alpha1.SeedVolumeSpec{
-			ForProvider: v1alpha1.SeedVolumeParameters{Hostname: "proxy-1", UserData: ptr(squidUserData)}}},
+			ForProvider: v1alpha1.SeedVolumeParameters{Hostname: "proxy-1", UserData: ptr.To(squidUserData)}}},
 		&v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}, Spec: v1alpha1.KVMDomainSpec{
 			ForProvider: v1alpha1.KVMDomainParameters{
 				VCPU: 2, MemoryMiB: 1024, PowerState: v1alpha1.PowerStateRunning,
 				BaseImageRef:  &xpv2.NamespacedReference{Name: "debian"},
 				SeedVolumeRef: &xpv2.NamespacedReference{Name: "proxy-1"},
-				DiskSizeGiB:   ptr(int32(2)),
+				DiskSizeGiB:   ptr.To(int32(2)),
 				ReadinessProbe: &v1alpha1.ReadinessProbe{TimeoutSeconds: 5,
 					HTTPProxy: &v1alpha1.HTTPProxyProbe{Port: 3128, URL: probeURL, ExpectedStatus: 204}},
 			}}},
@@ -172,7 +173,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		oldVol := seed.Status.AtProvider.VolumeName
-		seed.Spec.ForProvider.UserData = ptr(squidUserData + "# edited\n")
+		seed.Spec.ForProvider.UserData = ptr.To(squidUserData + "# edited\n")
 		if err := kube.Update(ctx, seed); err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +258,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		_ = f.Close()
 		virsh(t, "define", f.Name())
 		fd := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "foreign"}, Spec: v1alpha1.KVMDomainSpec{
-			ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 256, BaseImageName: ptr("debian")}}}
+			ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 256, BaseImageName: ptr.To("debian")}}}
 		if err := kube.Create(ctx, fd); err != nil {
 			t.Fatal(err)
 		}
@@ -340,7 +341,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
 			t.Fatal(err)
 		}
-		vm.Spec.ForProvider.DiskSizeGiB = ptr(int32(3))
+		vm.Spec.ForProvider.DiskSizeGiB = ptr.To(int32(3))
 		if err := kube.Update(ctx, vm); err != nil {
 			t.Fatal(err)
 		}

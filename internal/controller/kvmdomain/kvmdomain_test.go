@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"libvirt.org/go/libvirtxml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -49,7 +50,7 @@ var us = ownership.Owner{Kind: v1alpha1.KVMDomainKind, UID: uid, Namespace: "tea
 
 func kvm(opts ...func(*v1alpha1.KVMDomain)) *v1alpha1.KVMDomain {
 	d := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "vm", UID: types.UID(uid)}}
-	d.Spec.ForProvider = v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 512, BaseImageName: ptr("base")}
+	d.Spec.ForProvider = v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 512, BaseImageName: ptr.To("base")}
 	meta.SetExternalName(d, ourDomain)
 	for _, o := range opts {
 		o(d)
@@ -65,7 +66,7 @@ func named(n string) func(*v1alpha1.KVMDomain) {
 	return func(d *v1alpha1.KVMDomain) { meta.SetExternalName(d, n) }
 }
 func disk(g int32) func(*v1alpha1.KVMDomain) {
-	return func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.DiskSizeGiB = ptr(g) }
+	return func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.DiskSizeGiB = ptr.To(g) }
 }
 
 // domainXML is a definition owned by ownerUID ("" for none) with the given MAC.
