@@ -42,6 +42,7 @@ help: ## Show this help.
 .PHONY: deps
 deps: ## Download the Go modules (tests then run offline inside the test bed's namespace).
 	go mod download
+	cd cluster/node && go mod download
 
 .PHONY: packages
 packages: ## Install every Debian package the scripts and tests need (cluster/packages/debian.txt), in one step.
@@ -63,6 +64,7 @@ GOLANGCI_LINT ?= $(CACHE_DIR)/bin/golangci-lint
 lint: packages ## golangci-lint (.golangci.yml; built from its Go module once, ~4 min cold) and shellcheck.
 	BIN_DIR="$(CACHE_DIR)/bin" cluster/lint/build.sh
 	$(GOLANGCI_LINT) run --build-tags e2e,lan,bench,faults ./...
+	cd cluster/node && $(GOLANGCI_LINT) run ./...
 	shellcheck $$(git ls-files '*.sh') .ci/run
 
 .PHONY: build
@@ -133,6 +135,7 @@ test-lan: deps lan-up image ## From netns node: SSH + libvirt on both hosts, a g
 .PHONY: test-unit
 test-unit: ## Unit tests only: no control plane, no test bed.
 	go test $(GO_TEST_FLAGS) ./...
+	cd cluster/node && go test $(GO_TEST_FLAGS) ./...
 
 # The whole suite runs inside the test bed's network namespace: the SSH server and the guests
 # live there, and the envtest control plane only needs loopback, which the namespace has. It
@@ -143,6 +146,7 @@ test: deps controlplane tools testbed-up lan-up image ## The README's test comma
 	rm -f $(TB)/run/revived.log
 	CI="$${CI:-}" flock /tmp/testbed.lock cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./... || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
 	@cat $(TB)/run/revived.log 2>/dev/null || true
+	cd cluster/node && go test $(GO_TEST_FLAGS) ./... # the test bed's own programs (a module of their own)
 	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./cluster/lan/lantest/
 	$(MAKE) --no-print-directory e2e
 
