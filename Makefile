@@ -39,10 +39,14 @@ LDFLAGS := -X github.com/provider-kvm/provider-kvm/internal/version.Version=$(VE
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# Programs that are not the provider, each a Go module of its own so that the provider's go.mod
+# lists only what it ships and tests: the node's DNS and pause binary, mkimage (make xpkg).
+TOOL_MODULES := cluster/node cluster/xpkg/mkimage
+
 .PHONY: deps
 deps: ## Download the Go modules (tests then run offline inside the test bed's namespace).
 	go mod download
-	cd cluster/node && go mod download
+	for m in $(TOOL_MODULES); do (cd $$m && go mod download) || exit 1; done
 
 .PHONY: packages
 packages: ## Install every Debian package the scripts and tests need (cluster/packages/debian.txt), in one step.
@@ -64,7 +68,7 @@ GOLANGCI_LINT ?= $(CACHE_DIR)/bin/golangci-lint
 lint: packages ## golangci-lint (.golangci.yml; built from its Go module once, ~4 min cold) and shellcheck.
 	BIN_DIR="$(CACHE_DIR)/bin" cluster/lint/build.sh
 	$(GOLANGCI_LINT) run --build-tags e2e,lan,bench,faults ./...
-	cd cluster/node && $(GOLANGCI_LINT) run ./...
+	for m in $(TOOL_MODULES); do (cd $$m && $(GOLANGCI_LINT) run ./...) || exit 1; done
 	shellcheck $$(git ls-files '*.sh') .ci/run
 
 .PHONY: build
@@ -135,7 +139,7 @@ test-lan: deps lan-up image ## From netns node: SSH + libvirt on both hosts, a g
 .PHONY: test-unit
 test-unit: ## Unit tests only: no control plane, no test bed.
 	go test $(GO_TEST_FLAGS) ./...
-	cd cluster/node && go test $(GO_TEST_FLAGS) ./...
+	for m in $(TOOL_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 
 # The whole suite runs inside the test bed's network namespace: the SSH server and the guests
 # live there, and the envtest control plane only needs loopback, which the namespace has. It
@@ -146,7 +150,7 @@ test: deps controlplane tools testbed-up lan-up image ## The README's test comma
 	rm -f $(TB)/run/revived.log
 	CI="$${CI:-}" flock /tmp/testbed.lock cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./... || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
 	@cat $(TB)/run/revived.log 2>/dev/null || true
-	cd cluster/node && go test $(GO_TEST_FLAGS) ./... # the test bed's own programs (a module of their own)
+	for m in $(TOOL_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./cluster/lan/lantest/
 	$(MAKE) --no-print-directory e2e
 

@@ -117,7 +117,7 @@ fi
 # start) with the sandbox image: cluster/node/pause in a one-layer image made by mkimage.
 if [[ ! -s $NODE_DIR/images/pause.tar || $HERE/pause/main.go -nt $NODE_DIR/images/pause.tar ]]; then
 	mkdir -p "$NODE_DIR/images"
-	(cd "$HERE/../.." && GOTOOLCHAIN=local go build -o "$NODE_DIR/images/mkimage" ./cluster/xpkg/mkimage &&
+	(cd "$HERE/../xpkg/mkimage" && GOTOOLCHAIN=local go build -o "$NODE_DIR/images/mkimage" . &&
 		cd "$HERE" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o "$NODE_DIR/images/pause" ./pause) ||
 		ndie "go build of cluster/xpkg/mkimage or cluster/node/pause failed"
 	"$NODE_DIR/images/mkimage" -binary "$NODE_DIR/images/pause" -path /pause -tag "$PAUSE_IMAGE" \

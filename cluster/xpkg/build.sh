@@ -53,7 +53,7 @@ trap 'rm -rf "$WORK"' EXIT
 
 log "version $VERSION; building binaries"
 mkdir -p "$WORK/bin"
-go build -o "$WORK/bin/mkimage" ./cluster/xpkg/mkimage
+(cd cluster/xpkg/mkimage && go build -o "$WORK/bin/mkimage" .) # a module of its own
 for cmd in provider function; do
 	prebuilt=${cmd^^}_BIN
 	if [[ -n ${!prebuilt:-} ]]; then

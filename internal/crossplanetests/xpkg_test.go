@@ -4,14 +4,15 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // TestXpkgBuild builds the three packages with cluster/xpkg/build.sh (what `make xpkg` runs)
@@ -104,21 +105,10 @@ func TestXpkgBuild(t *testing.T) {
 // and the image config's entrypoint and user.
 func checkRuntimeImage(t *testing.T, pkg string, files map[string]string, entry string) {
 	t.Helper()
-	img, err := tarball.ImageFromPath(pkg, nil)
-	if err != nil {
-		t.Fatalf("cannot read %s as an image tarball: %v", pkg, err)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
+	layers, cfg := readImageTarball(t, pkg)
 	got := map[string]string{}
 	for _, l := range layers {
-		rc, err := l.Uncompressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := tar.NewReader(rc)
+		tr := tar.NewReader(bytes.NewReader(l))
 		for {
 			h, err := tr.Next()
 			if errors.Is(err, io.EOF) {
@@ -136,7 +126,6 @@ func checkRuntimeImage(t *testing.T, pkg string, files map[string]string, entry 
 			}
 			got[h.Name] = string(b)
 		}
-		_ = rc.Close()
 	}
 	want := files
 	if want == nil {
@@ -148,16 +137,77 @@ func checkRuntimeImage(t *testing.T, pkg string, files map[string]string, entry 
 	if files == nil {
 		return
 	}
-	cf, err := img.ConfigFile()
+	if d := cmp.Diff([]string{entry}, cfg.Config.Entrypoint); d != "" {
+		t.Errorf("entrypoint (-want +got):\n%s", d)
+	}
+	if cfg.Config.User != "65532:65532" {
+		t.Errorf("image user is %q, want 65532:65532", cfg.Config.User)
+	}
+}
+
+// imageConfig is what the tests read of an image's config.
+type imageConfig struct {
+	Config struct {
+		Entrypoint []string
+		User       string
+	} `json:"config"`
+}
+
+// readImageTarball reads a docker-archive tarball (manifest.json naming the config and the
+// layers, each a file of the tarball) with the standard library: its layers, uncompressed, in
+// order, and its config.
+func readImageTarball(t *testing.T, file string) ([][]byte, imageConfig) {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]string{entry}, cf.Config.Entrypoint); d != "" {
-		t.Errorf("entrypoint (-want +got):\n%s", d)
+	defer f.Close()
+	entries := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("cannot read %s as an image tarball: %v", file, err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries[path.Clean(h.Name)] = b
 	}
-	if cf.Config.User != "65532:65532" {
-		t.Errorf("image user is %q, want 65532:65532", cf.Config.User)
+	var manifest []struct {
+		Config string
+		Layers []string
 	}
+	if err := json.Unmarshal(entries["manifest.json"], &manifest); err != nil || len(manifest) != 1 {
+		t.Fatalf("manifest.json of %s: %v (%d images, want 1)", file, err, len(manifest))
+	}
+	var cfg imageConfig
+	if err := json.Unmarshal(entries[path.Clean(manifest[0].Config)], &cfg); err != nil {
+		t.Fatalf("config of %s: %v", file, err)
+	}
+	var layers [][]byte
+	for _, l := range manifest[0].Layers {
+		b, ok := entries[path.Clean(l)]
+		if !ok {
+			t.Fatalf("%s: layer %s is not in the tarball", file, l)
+		}
+		if bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+			zr, err := gzip.NewReader(bytes.NewReader(b))
+			if err != nil {
+				t.Fatalf("%s: layer %s: %v", file, l, err)
+			}
+			if b, err = io.ReadAll(zr); err != nil {
+				t.Fatalf("%s: layer %s: %v", file, l, err)
+			}
+		}
+		layers = append(layers, b)
+	}
+	return layers, cfg
 }
 
 func gunzip(t *testing.T, file string) []byte {
