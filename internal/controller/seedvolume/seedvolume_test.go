@@ -16,9 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
@@ -270,7 +272,7 @@ func TestObserve(t *testing.T) {
 		"LookupFails": {
 			reason: "a failed lookup is an error",
 			cr:     cr(), host: hostState{fail: func(string, string, string) error { return context.DeadlineExceeded }},
-			errSub: errLookup, want: after{Err: errLookup, Host: map[string]string{}},
+			wantErr: errors.Wrap(context.DeadlineExceeded, errLookup), want: after{Host: map[string]string{}},
 		},
 		"DeletingOurs": {
 			reason: "while deleting, our volumes exist so that Delete removes them",
@@ -328,7 +330,7 @@ func TestCreate(t *testing.T) {
 				}
 				return nil
 			}},
-			errSub: errCreate, want: after{Err: errCreate, Host: map[string]string{f.newVol + " record": uid}},
+			wantErr: errors.Wrap(context.DeadlineExceeded, errCreate), want: after{Host: map[string]string{f.newVol + " record": uid}},
 		},
 		"UploadFails": {
 			reason: "a failed upload is an error; the next Observe reads back what it left",
@@ -338,7 +340,7 @@ func TestCreate(t *testing.T) {
 				}
 				return nil
 			}},
-			errSub: errUpload, want: after{Err: errUpload, Host: map[string]string{f.newVol: "other", f.newVol + " record": uid}},
+			wantErr: errors.Wrap(context.DeadlineExceeded, errUpload), want: after{Host: map[string]string{f.newVol: "other", f.newVol + " record": uid}},
 		},
 		"SecretMissing": {
 			reason: "bad input creates nothing on the host",
@@ -431,7 +433,7 @@ func TestDelete(t *testing.T) {
 				}
 				return nil
 			}},
-			errSub: errUsers, want: after{Err: errUsers, Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid}},
+			wantErr: errors.Wrap(context.DeadlineExceeded, errUsers), want: after{Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid}},
 		},
 	}
 	runCases(t, "Delete", cases, f.labels, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
@@ -445,8 +447,12 @@ type opCase struct {
 	reason string
 	cr     *v1alpha1.SeedVolume
 	host   hostState
-	errSub string
-	want   after
+	// wantErr is the error, compared with test.EquateErrors (so a wrong wrap fails); a case
+	// whose error is built from values the case cannot see gives a substring in errSub and
+	// want.Err instead.
+	wantErr error
+	errSub  string
+	want    after
 }
 
 // runCases runs call on a fresh fake host for each case and compares the result, the status
@@ -464,7 +470,11 @@ func runCases(t *testing.T, op string, cases map[string]opCase, labels map[strin
 			s.Fail = nil
 			got := after{Exists: o.ResourceExists, UpToDate: o.ResourceUpToDate, Host: summarize(t, s, labels),
 				Current: sv.Status.AtProvider.VolumeName, Retired: sv.Status.AtProvider.RetiredVolumes}
-			if err != nil {
+			if tc.wantErr != nil || err == nil {
+				if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+					t.Errorf("%s\n%s(): -want error, +got error:\n%s", tc.reason, op, diff)
+				}
+			} else {
 				got.Err = err.Error()
 				if tc.errSub != "" && strings.Contains(got.Err, tc.errSub) {
 					got.Err = tc.errSub
