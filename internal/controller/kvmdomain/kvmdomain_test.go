@@ -9,22 +9,27 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"libvirt.org/go/libvirtxml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
 )
 
@@ -170,7 +175,7 @@ func TestObserve(t *testing.T) {
 		imports bool
 		// policiesOff: the provider runs with --enable-management-policies=false.
 		policiesOff bool
-		errSub      string
+		wantErr     error
 		want        seen
 	}{
 		"OursShutOff": {
@@ -181,22 +186,22 @@ func TestObserve(t *testing.T) {
 		"SameNameNotOurs": {
 			reason: "a domain of our name marked by another resource is never adopted",
 			cr:     kvm(), host: []hostSetup{withDomain(ourDomain, victimUID, libvirt.StateRunning)},
-			errSub: "is not owned by this KVMDomain", want: seen{Err: "is not owned by this KVMDomain", Domains: []string{ourDomain}, Victim: "untouched"},
+			wantErr: errors.Errorf(errNotOurs, ourDomain, "it belongs to ns/n, UID "+victimUID), want: seen{Domains: []string{ourDomain}, Victim: "untouched"},
 		},
 		"ExternalNameOfAnother": {
-			reason: "an external name pointing at another namespace's domain is refused, nothing of it is read",
-			cr:     kvm(named(victim)),
-			errSub: "is not this KVMDomain's domain name", want: seen{Err: "is not this KVMDomain's domain name", Victim: "untouched"},
+			reason:  "an external name pointing at another namespace's domain is refused, nothing of it is read",
+			cr:      kvm(named(victim)),
+			wantErr: errors.Errorf(errExternalName, victim, ourDomain, ourDomain), want: seen{Victim: "untouched"},
 		},
 		"ObserveOnlyImportsOff": {
 			reason: "an observe-only import is refused while the config does not allow imports",
 			cr:     kvm(named("legacy"), observeOnlyPolicy), host: []hostSetup{withDomain("legacy", "", libvirt.StateRunning)},
-			errSub: "imports are off on ClusterProviderConfig/default", want: seen{Err: "imports are off on ClusterProviderConfig/default", Domains: []string{"legacy"}, Victim: "untouched"},
+			wantErr: errors.Errorf(errImportsOff, "legacy", "ClusterProviderConfig/default"), want: seen{Domains: []string{"legacy"}, Victim: "untouched"},
 		},
 		"ObserveOnlyImportOfOwned": {
 			reason: "a domain that carries another resource's mark is never imported, even where imports are allowed",
 			cr:     kvm(named(victim), observeOnlyPolicy), imports: true,
-			errSub: "a domain managed by another resource is never imported", want: seen{Err: "a domain managed by another resource is never imported", Victim: "untouched"},
+			wantErr: errors.Errorf(errImportForeign, victim, "ns", "n", victimUID), want: seen{Victim: "untouched"},
 		},
 		"ObserveOnlyImportAllowed": {
 			reason: "an allowed import reports the domain's own MAC and state",
@@ -206,7 +211,7 @@ func TestObserve(t *testing.T) {
 		"ObserveOnlyPoliciesOff": {
 			reason: "with management policies disabled, [Observe] is not an import (as for the managed reconciler), so the external name is refused",
 			cr:     kvm(named("legacy"), observeOnlyPolicy), imports: true, policiesOff: true, host: []hostSetup{withDomain("legacy", "", libvirt.StateShutOff)},
-			errSub: "is not this KVMDomain's domain name", want: seen{Err: "is not this KVMDomain's domain name", Domains: []string{"legacy"}, Victim: "untouched"},
+			wantErr: errors.Errorf(errExternalName, "legacy", ourDomain, ourDomain), want: seen{Domains: []string{"legacy"}, Victim: "untouched"},
 		},
 		"DeletingIgnoresExternalName": {
 			reason: "while deleting, the derived domain is what is looked at",
@@ -242,7 +247,10 @@ func TestObserve(t *testing.T) {
 			e := newExt(h, tc.imports)
 			e.policies = !tc.policiesOff
 			o, err := e.Observe(context.Background(), cr)
-			got := look(t, h, before, err, tc.errSub)
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nObserve(): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			got := look(t, h, before, nil, "")
 			got.Exists, got.State, got.MAC = o.ResourceExists, cr.Status.AtProvider.State, cr.Status.AtProvider.MACAddress
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
@@ -291,11 +299,11 @@ func TestObserveOnly(t *testing.T) {
 
 func TestDelete(t *testing.T) {
 	cases := map[string]struct {
-		reason string
-		cr     *v1alpha1.KVMDomain
-		host   []hostSetup
-		errSub string
-		want   seen
+		reason  string
+		cr      *v1alpha1.KVMDomain
+		host    []hostSetup
+		wantErr error
+		want    seen
 	}{
 		"OursShutOff": {
 			reason: "our stopped domain is undefined, then its overlay and record go",
@@ -305,7 +313,7 @@ func TestDelete(t *testing.T) {
 		"OursRunning": {
 			reason: "a running domain is asked to shut down first",
 			cr:     kvm(deletingNow), host: []hostSetup{withDomain(ourDomain, uid, libvirt.StateRunning), withOverlay(true)},
-			errSub: "waiting up to", want: seen{Err: "waiting up to", Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched", HostCall: []string{"ShutdownDomain " + ourDomain}},
+			wantErr: errors.Errorf(errWaitShutdown, shutdownGrace), want: seen{Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched", HostCall: []string{"ShutdownDomain " + ourDomain}},
 		},
 		"SameNameNotOurs": {
 			reason: "a domain of our name that is not ours stays; our overlay goes",
@@ -333,7 +341,10 @@ func TestDelete(t *testing.T) {
 			}
 			h.calls = nil
 			_, err := newExt(h, false).Delete(context.Background(), tc.cr)
-			got := look(t, h, before, err, tc.errSub)
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nDelete(): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			got := look(t, h, before, nil, "")
 			got.HostCall = deletes(got.HostCall, h)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s\nDelete(): -want, +got:\n%s", tc.reason, diff)
@@ -409,9 +420,12 @@ func TestCreate(t *testing.T) {
 		return b
 	}
 	cases := map[string]struct {
-		reason      string
-		base        *v1alpha1.BaseImage
-		host        []hostSetup
+		reason string
+		base   *v1alpha1.BaseImage
+		host   []hostSetup
+		// wantErr is the error (test.EquateErrors); errSub a substring of one the case
+		// cannot construct (the ownership package's).
+		wantErr     error
 		errSub      string
 		wantBacking string // the overlay's backing file, "" when no overlay is made
 		wantDomain  bool
@@ -427,9 +441,9 @@ func TestCreate(t *testing.T) {
 			base:   base(baseVol, "/pool/default/team-b_db-99999999.root.qcow2"), wantBacking: "/pool/default/" + baseVol, wantDomain: true,
 		},
 		"StatusVolumeNotABase": {
-			reason: "a base whose status names a volume that is not a base image is refused",
-			base:   base("team-b_db-99999999.root.qcow2", "/pool/default/team-b_db-99999999.root.qcow2"),
-			errSub: "which is not a cached base image volume",
+			reason:  "a base whose status names a volume that is not a base image is refused",
+			base:    base("team-b_db-99999999.root.qcow2", "/pool/default/team-b_db-99999999.root.qcow2"),
+			wantErr: errors.Errorf(errNotABase, "base", "team-b_db-99999999.root.qcow2"),
 		},
 		"BaseUnpublished": {
 			reason: "a base whose marker is gone (being removed) gets no overlay",
@@ -437,7 +451,7 @@ func TestCreate(t *testing.T) {
 			host: []hostSetup{func(_ *testing.T, h *fakeHost) {
 				_ = h.DeleteVolume(context.Background(), pool, imagecache.MarkerName(baseVol))
 			}},
-			errSub: "is not published on the host",
+			wantErr: errors.Wrapf(fakestorage.NotFound, errBaseGone, baseVol),
 		},
 		"UnpublishedWhileCreating": {
 			reason: "a base unpublished by another process's removal while the overlay is created: the overlay is deleted again",
@@ -449,7 +463,7 @@ func TestCreate(t *testing.T) {
 					}
 				}
 			}},
-			errSub: "is not published on the host", wantBacking: "/pool/default/" + baseVol, wantGone: true,
+			wantErr: errors.Wrapf(fakestorage.NotFound, errBaseGone, baseVol), wantBacking: "/pool/default/" + baseVol, wantGone: true,
 		},
 		"OverlayOfAnother": {
 			reason: "an overlay of our name whose record names someone else is never used",
@@ -474,6 +488,12 @@ func TestCreate(t *testing.T) {
 			e := newExt(h, false)
 			e.kube = fake.NewClientBuilder().WithScheme(s).WithObjects(tc.base).WithStatusSubresource(tc.base).Build()
 			_, err := e.Create(context.Background(), kvm())
+			if tc.wantErr != nil {
+				if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+					t.Fatalf("%s\nCreate(): -want error, +got error:\n%s", tc.reason, diff)
+				}
+				err = nil
+			}
 			gotErr := ""
 			if err != nil {
 				gotErr = err.Error()
@@ -554,7 +574,7 @@ func TestUpdate(t *testing.T) {
 		lastAsked time.Duration // the last request was sent this long ago (0: none)
 		objs      []client.Object
 		wantCalls []string
-		wantErr   string
+		wantErr   error
 	}{
 		"StartWhenStopped": {
 			reason: "powerState Running starts a shut-off domain",
@@ -594,11 +614,11 @@ func TestUpdate(t *testing.T) {
 		"SizeChangedInputGone": {
 			reason: "a redefinition needs the inputs",
 			cr:     kvm(running, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.MemoryMiB = 1024 }), state: libvirt.StateRunning,
-			wantErr: "cannot get BaseImage base",
+			wantErr: errors.Wrapf(kerrors.NewNotFound(schema.GroupResource{Group: v1alpha1.Group, Resource: "baseimages"}, "base"), errGetBase, "base"),
 		},
 		"NotOurs": {
 			reason: "a domain of our name that is not ours is never changed",
-			cr:     kvm(stopped), state: "foreign", wantErr: "is not owned by this KVMDomain",
+			cr:     kvm(stopped), state: "foreign", wantErr: errors.Errorf(errNotOurs, ourDomain, "it belongs to ns/n, UID "+victimUID),
 		},
 	}
 	for name, tc := range cases {
@@ -622,21 +642,14 @@ func TestUpdate(t *testing.T) {
 			}
 			h.calls = nil
 			_, err := e.Update(context.Background(), tc.cr)
-			gotErr := ""
-			if err != nil {
-				gotErr = err.Error()
-				if tc.wantErr != "" && strings.Contains(gotErr, tc.wantErr) {
-					gotErr = tc.wantErr
-				}
-			}
 			var calls []string
 			for _, c := range h.calls {
 				if !strings.HasPrefix(c, "Domain ") {
 					calls = append(calls, c)
 				}
 			}
-			if diff := cmp.Diff(tc.wantErr, gotErr); diff != "" {
-				t.Errorf("%s\nUpdate() error: -want, +got:\n%s", tc.reason, diff)
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nUpdate(): -want error, +got error:\n%s", tc.reason, diff)
 			}
 			if diff := cmp.Diff(tc.wantCalls, calls); diff != "" {
 				t.Errorf("%s\nUpdate() calls: -want, +got:\n%s", tc.reason, diff)
