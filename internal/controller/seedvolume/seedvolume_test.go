@@ -254,20 +254,20 @@ func TestObserve(t *testing.T) {
 		"NoRecord": {
 			reason: "a volume of our name without an ownership record is never taken over",
 			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.new, noRecord: true}}},
-			errSub: "carries no ownership record",
-			want:   after{Err: "carries no ownership record", Host: map[string]string{f.newVol: "new"}},
+			wantErr: noRecord(f.newVol),
+			want:    after{Host: map[string]string{f.newVol: "new"}},
 		},
 		"ForeignRecord": {
 			reason: "a volume whose record names another resource is refused",
 			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.new, owner: them}}},
-			errSub: "it belongs to SeedVolume other/web",
-			want:   after{Err: "it belongs to SeedVolume other/web", Host: map[string]string{f.newVol: "new", f.newVol + " record": them.UID}},
+			wantErr: theirs(f.newVol),
+			want:    after{Host: map[string]string{f.newVol: "new", f.newVol + " record": them.UID}},
 		},
 		"ExternalNameOfAnother": {
 			reason: "an external name pointing at another namespace's seed is refused before any call",
 			cr:     cr(externalName(victim)), host: hostState{vols: map[string]vol{victim: victimVol}},
-			errSub: "is not the name of this SeedVolume's volume",
-			want:   after{Err: "is not the name of this SeedVolume's volume", Host: map[string]string{victim: "victim", victim + " record": them.UID}},
+			wantErr: errors.Errorf(errExternalName, victim, legacy, legacy),
+			want:    after{Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 		"LookupFails": {
 			reason: "a failed lookup is an error",
@@ -315,12 +315,12 @@ func TestCreate(t *testing.T) {
 		"ForeignRecord": {
 			reason: "another's record at our name stops the create",
 			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {owner: them}}},
-			errSub: "it belongs to", want: after{Err: "it belongs to", Host: map[string]string{f.newVol + " record": them.UID}},
+			wantErr: errors.Wrap(theirs(f.newVol), errCreate), want: after{Host: map[string]string{f.newVol + " record": them.UID}},
 		},
 		"ExternalNameOfAnother": {
 			reason: "an external name of another's volume creates nothing and touches nothing",
 			cr:     cr(externalName(victim)), host: hostState{vols: map[string]vol{victim: {data: f.victim, owner: them}}},
-			errSub: "is not the name", want: after{Err: "is not the name", Host: map[string]string{victim: "victim", victim + " record": them.UID}},
+			wantErr: errors.Errorf(errExternalName, victim, legacy, legacy), want: after{Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 		"CreateFails": {
 			reason: "a failed volume create is an error (the record stays, ours)",
@@ -384,12 +384,12 @@ func TestUpdate(t *testing.T) {
 		"TornWithoutOurRecord": {
 			reason: "a volume of the new content's name without our record is never rewritten",
 			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.corrupt, noRecord: true}}},
-			errSub: "carries no ownership record", want: after{Err: "carries no ownership record", Host: map[string]string{f.newVol: "other"}},
+			wantErr: noRecord(f.newVol), want: after{Host: map[string]string{f.newVol: "other"}},
 		},
 		"ExternalNameOfAnother": {
 			reason: "an external name of another's volume writes nothing",
 			cr:     edited(externalName(victim)), host: hostState{vols: map[string]vol{victim: {data: f.victim, owner: them}}},
-			errSub: "is not the name", want: after{Err: "is not the name", Host: map[string]string{victim: "victim", victim + " record": them.UID}},
+			wantErr: errors.Errorf(errExternalName, victim, legacy, legacy), want: after{Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 	}
 	runCases(t, "Update", cases, f.labels, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
@@ -440,6 +440,15 @@ func TestDelete(t *testing.T) {
 		_, err := e.Delete(context.Background(), cr)
 		return managed.ExternalObservation{}, err
 	})
+}
+
+// noRecord and theirs are the ownership package's refusals of a volume without a record and
+// of one whose record names them.
+func noRecord(vol string) error {
+	return &ownership.NotOwnedError{Volume: vol, Why: "it carries no ownership record"}
+}
+func theirs(vol string) error {
+	return &ownership.NotOwnedError{Volume: vol, Why: "it belongs to " + them.String()}
 }
 
 // opCase is one table case of an external client method.
