@@ -132,47 +132,34 @@ func newExternal(c Cache) *external {
 // result is what the Observe tests compare.
 type result struct {
 	Obs      managed.ExternalObservation
-	Err      string
 	Ready    string // Ready condition reason
 	Volume   string // status.atProvider.volumeName
 	Retained []string
 	Upload   bool
 }
 
-// observe runs Observe; an error is returned when wantErr is set (to be compared with
-// test.EquateErrors), and otherwise put in the result (as errSub when it contains it).
-func observe(t *testing.T, e *external, cr *v1alpha1.BaseImage, wantErr error, errSub string) (result, error) {
-	t.Helper()
+// observe runs Observe and returns what the tests compare and its error.
+func observe(e *external, cr *v1alpha1.BaseImage) (result, error) {
 	o, err := e.Observe(context.Background(), cr)
 	r := result{Obs: o, Ready: string(cr.GetCondition(xpv2.TypeReady).Reason), Volume: cr.Status.AtProvider.VolumeName,
 		Retained: cr.Status.AtProvider.RetainedVolumes, Upload: cr.Status.AtProvider.Upload != nil}
-	if err != nil && wantErr == nil {
-		r.Err = err.Error()
-		if errSub != "" && strings.Contains(r.Err, errSub) {
-			r.Err = errSub
-		}
-		err = nil
-	}
 	return r, err
 }
 
 func TestObserve(t *testing.T) {
 	cases := map[string]struct {
-		reason string
-		cr     *v1alpha1.BaseImage
-		cache  func(t *testing.T) *fakeCache
-		job    func(e *external) // a job to have started before Observe
-		// wantErr is the error, compared with test.EquateErrors; errSub a substring of an
-		// error built elsewhere (internal/names).
-		wantErr error
-		errSub  string
+		reason  string
+		cr      *v1alpha1.BaseImage
+		cache   func(t *testing.T) *fakeCache
+		job     func(e *external) // a job to have started before Observe
+		wantErr error             // compared with test.EquateErrors
 		want    result
 	}{
 		"ForeignExternalName": {
-			reason: "an external name of another volume is refused before the host is asked",
-			cr:     image(func(b *v1alpha1.BaseImage) { meta.SetExternalName(b, "team-b_x-12345678.seed.iso") }),
-			cache:  func(t *testing.T) *fakeCache { return &fakeCache{t: t} },
-			errSub: "is not the name of this BaseImage's volume", want: result{Err: "is not the name of this BaseImage's volume"},
+			reason:  "an external name of another volume is refused before the host is asked",
+			cr:      image(func(b *v1alpha1.BaseImage) { meta.SetExternalName(b, "team-b_x-12345678.seed.iso") }),
+			cache:   func(t *testing.T) *fakeCache { return &fakeCache{t: t} },
+			wantErr: errors.Errorf(errExtName, "team-b_x-12345678.seed.iso", volume, volume),
 		},
 		"Absent": {
 			reason: "nothing on the host and no job: Create publishes",
@@ -328,7 +315,8 @@ func TestObserve(t *testing.T) {
 				})
 				<-j.done
 			},
-			want: result{Err: "cannot publish the image; it is tried again 10s after this attempt failed (failed attempts in a row: 1): boom", Ready: string(xpv2.Unavailable().Reason)},
+			wantErr: errors.Wrapf(errBoom, errRetryLater, 10*time.Second, 1),
+			want:    result{Ready: string(xpv2.Unavailable().Reason)},
 		},
 		"RetryableFailureRetried": {
 			reason: "a failed upload worth retrying starts again once its backoff has passed",
@@ -396,7 +384,7 @@ func TestObserve(t *testing.T) {
 			if tc.job != nil {
 				tc.job(e)
 			}
-			got, err := observe(t, e, tc.cr, tc.wantErr, tc.errSub)
+			got, err := observe(e, tc.cr)
 			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
 				t.Errorf("%s\nObserve(): -want error, +got error:\n%s", tc.reason, diff)
 			}
