@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,25 +117,75 @@ func TestE2E(t *testing.T) {
 	})
 
 	// proxy-a shares team-a's BaseImage on host A; proxy-b caches its own image on host B
-	// (the same host on the NAT test bed).
+	// (the same host on the NAT test bed); team B's claim caches its own image on host A.
+	// The three guests are independent: they are created together and boot at the same time,
+	// each followed on its own timeline from that moment.
 	hostA, hostB := e.cfg.hostNames()
+	claim := newUnstructured(gvkProxyClaim, "team-b", "proxy-c")
+	const claimLabel = "team-b/proxy-c (claim)"
+	var xr string // the claim's XProxy
+	step("boot", func(t *testing.T) {
+		vals := e.values()
+		logf("3/5 application team A: Proxy team-a/proxy-a on host %s on the shared BaseImage, Proxy team-a/proxy-b on host %s caching its own image; application team B: ProxyClaim team-b/proxy-c caching its own image (%s); all three boot at once",
+			hostA, hostB, vals["IMAGE_URL_B"])
+		t0 := time.Now()
+		for _, f := range []string{"proxy-a.yaml", "proxy-b.yaml", "team-b.yaml"} {
+			if err := e.apply(ctx, f, vals); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			errs []error
+		)
+		follow := func(f func() error) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := f(); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+		for _, p := range []string{"proxy-a", "proxy-b"} {
+			follow(func() error {
+				return e.watch(ctx, newUnstructured(gvkProxy, "team-a", p), p, "team-a/"+p, t0)
+			})
+		}
+		follow(func() error {
+			if err := waitFor(ctx, "ProxyClaim team-b/proxy-c to get its XProxy", 2*time.Second, 120*time.Second, func(ctx context.Context) error {
+				if err := e.c.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+					return err
+				}
+				xr, _, _ = unstructured.NestedString(claim.Object, "spec", "resourceRef", "name")
+				if xr == "" {
+					return errors.New("no spec.resourceRef yet")
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			logf("  ProxyClaim team-b/proxy-c -> XProxy %s", xr)
+			return e.watch(ctx, claim, xr, claimLabel, t0)
+		})
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		logf("  all three Ready %ss after they were created", secs(time.Since(t0)))
+	})
+
 	for _, pc := range []struct {
 		name, host string
 		shared     bool
 	}{{"proxy-a", hostA, true}, {"proxy-b", hostB, false}} {
 		p := pc.name
 		step(p, func(t *testing.T) {
-			if pc.shared {
-				logf("3/5 application team A: Proxy team-a/%s on host %s, on the shared BaseImage", p, pc.host)
-			} else {
-				logf("3/5 application team A: Proxy team-a/%s on host %s, caching its own image", p, pc.host)
-			}
-			t0 := time.Now()
-			if err := e.apply(ctx, p+".yaml", e.values()); err != nil {
-				t.Fatal(err)
-			}
 			xr := newUnstructured(gvkProxy, "team-a", p)
-			if err := e.watch(ctx, xr, p, "team-a/"+p, t0); err != nil {
+			if err := e.c.Get(ctx, client.ObjectKeyFromObject(xr), xr); err != nil {
 				t.Fatal(err)
 			}
 			if err := e.checkEndpoint(ctx, "team-a/"+p, "team-a", p+"-proxy", xr); err != nil {
@@ -174,31 +225,10 @@ func TestE2E(t *testing.T) {
 	}
 
 	step("claim", func(t *testing.T) {
-		vals := e.values()
-		logf("3/5 application team B: ProxyClaim team-b/proxy-c caching its own image (%s)", vals["IMAGE_URL_B"])
-		t0 := time.Now()
-		if err := e.apply(ctx, "team-b.yaml", vals); err != nil {
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
 			t.Fatal(err)
 		}
-		claim := newUnstructured(gvkProxyClaim, "team-b", "proxy-c")
-		var xr string
-		if err := waitFor(ctx, "ProxyClaim team-b/proxy-c to get its XProxy", 2*time.Second, 120*time.Second, func(ctx context.Context) error {
-			if err := e.c.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
-				return err
-			}
-			xr, _, _ = unstructured.NestedString(claim.Object, "spec", "resourceRef", "name")
-			if xr == "" {
-				return errors.New("no spec.resourceRef yet")
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		logf("  ProxyClaim team-b/proxy-c -> XProxy %s", xr)
-		const label = "team-b/proxy-c (claim)"
-		if err := e.watch(ctx, claim, xr, label, t0); err != nil {
-			t.Fatal(err)
-		}
+		const label = claimLabel
 		// A claim's composed resources are named after the claim (proxy-c-*), not its XProxy.
 		if err := e.checkEndpoint(ctx, label, "team-b", "proxy-c-proxy", claim); err != nil {
 			t.Fatal(err)
