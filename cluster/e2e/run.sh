@@ -32,7 +32,7 @@ export TOPOLOGY=${TOPOLOGY:-lan}
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
-NAMESPACES=team-a,team-b
+NAMESPACES=team-a,team-b,team-c
 
 if [[ ${1:-} != __inner ]]; then
 	log "make e2e: preflight (binaries, packages, image, test bed; topology $TOPOLOGY)"

@@ -28,15 +28,94 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 )
 
-// e2eNamespaces are the namespaces TestE2E works in: the platform team's and team A's
-// (team-a), team B's claim (team-b).
-var e2eNamespaces = []string{"team-a", "team-b"}
+// e2eNamespaces are the namespaces TestE2E works in: team-a (two Proxies sharing the
+// platform's BaseImage), team-b (a Proxy caching its own image) and team-c (a ProxyClaim).
+var e2eNamespaces = []string{"team-a", "team-b", "team-c"}
+
+// An example is a file of examples/ that TestE2E applies as users copy it, with only the
+// addresses, names and digests of this test bed put in: each From must occur in the file
+// (an edited example that no longer holds it fails the test instead of testing something
+// else), and is replaced by the value of To (a key of env.values()).
+type example struct {
+	File  string
+	Subst [][2]string
+}
+
+// The example files' own addresses, replaced by the test bed's.
+const (
+	exImageURL = "https://images.example.org/debian-12-squid-amd64.qcow2"
+	exSHA256   = "5f4dcc3b5aa765d61d8327deb882cf992b95990a8b1e4e6b0a1c8c2e0f0e0a51"
+	exGuestNet = "192.168.122.0/24"
+	exProbeURL = "http://192.168.122.1:8204/"
+)
+
+// proxyExamples are examples/proxy, every file of it: the RBAC a platform adds for
+// Crossplane, team-a's shared image with two Proxies (on the ClusterProviderConfig "default",
+// host A), team-b's Proxy with its own image (its host: put on host B, so that both hosts
+// serve) and team-c's ProxyClaim. Namespaces and team-c's BaseImage are the platform's part
+// (cluster/e2e/manifests/teams.yaml).
+func proxyExamples(hostB string) []example {
+	return []example{
+		{File: "examples/proxy/crossplane-rbac.yaml"},
+		{File: "examples/proxy/shared-image.yaml", Subst: [][2]string{
+			{exImageURL, "IMAGE_URL_A"}, {exSHA256, "IMAGE_SHA256"}, {exGuestNet, "GUEST_CIDR"}, {exProbeURL, "PROBE_URL"},
+		}},
+		{File: "examples/proxy/own-image.yaml", Subst: [][2]string{
+			{exImageURL, "IMAGE_URL_C"}, {exSHA256, "IMAGE_SHA256"}, {exGuestNet, "GUEST_CIDR"}, {exProbeURL, "PROBE_URL"},
+			{"host: default", "host: " + hostB},
+		}},
+		{File: "examples/proxy/proxyclaim.yaml", Subst: [][2]string{{exProbeURL, "PROBE_URL"}}},
+	}
+}
+
+// applyExample applies one example file with its substitutions.
+func (e *env) applyExample(ctx context.Context, ex example, vals map[string]string) error {
+	b, err := os.ReadFile(filepath.Join(e.cfg.Repo, ex.File))
+	if err != nil {
+		return err
+	}
+	text := string(b)
+	for _, s := range ex.Subst {
+		if !strings.Contains(text, s[0]) {
+			return fmt.Errorf("%s no longer contains %q: update the e2e's substitutions with the example", ex.File, s[0])
+		}
+		to, ok := vals[s[1]]
+		if !ok {
+			to = s[1] // a literal, as in "host: host-b"
+		}
+		text = strings.ReplaceAll(text, s[0], to)
+	}
+	return e.applyText(ctx, ex.File, text)
+}
+
+// proxyCase is one Proxy (or claim) of the examples and what TestE2E checks of it.
+type proxyCase struct {
+	ns, name string // the Proxy's or the claim's namespace and name
+	claim    bool
+	host     string // the ClusterProviderConfig its VM must be on
+	image    string // the BaseImage it boots: the namespace's shared one, or "" for its own
+}
+
+func (p proxyCase) label() string {
+	if p.claim {
+		return p.ns + "/" + p.name + " (claim)"
+	}
+	return p.ns + "/" + p.name
+}
+
+func (p proxyCase) object() *unstructured.Unstructured {
+	if p.claim {
+		return newUnstructured(gvkProxyClaim, p.ns, p.name)
+	}
+	return newUnstructured(gvkProxy, p.ns, p.name)
+}
 
 // TestE2E is make e2e after the bring-up (docs/e2e.md, "What make e2e checks"): the
-// installation, the plain-virsh baseline, the platform team's BaseImage, two Proxies on it and
-// a ProxyClaim with its own image, each Ready with its Secret and a 204 through it, their
-// deletion down to nothing on the host, and the timeline. The steps are subtests that run in
-// order; each needs the ones before it (except baseline), and a failed one ends the test.
+// installation, the plain-virsh baseline (unless SKIP_BASELINE=1), then the files of
+// examples/proxy as users copy them: four guests booted at once, each Ready with its Secret,
+// Service and EndpointSlice and a 204 through it, on the host it asked for; their deletion
+// down to nothing on either host; the timeline. The steps are subtests that run in order;
+// each needs the ones before it (except baseline), and a failed one ends the test.
 func TestE2E(t *testing.T) {
 	e := requireEnv(t)
 	ctx := context.Background()
@@ -51,10 +130,15 @@ func TestE2E(t *testing.T) {
 			t.FailNow()
 		}
 	}
-	var (
-		baseVol string
-		objects = map[string][]object{}
-	)
+	hostA, hostB := e.cfg.hostNames()
+	cases := []proxyCase{
+		{ns: "team-a", name: "egress-a", host: hostA, image: "debian-12-squid"},
+		{ns: "team-a", name: "egress-b", host: hostA, image: "debian-12-squid"},
+		{ns: "team-b", name: "build-cache", host: hostB},
+		{ns: "team-c", name: "egress", claim: true, host: hostA, image: "debian-12-squid"},
+	}
+	objects := map[string][]object{} // what each Proxy's VM is made of on its host
+	xrs := map[string]string{}       // a claim's XProxy
 
 	step("install", func(t *testing.T) {
 		logf("1/5 bring-up: installing through the API (functions, packages, test bed)")
@@ -89,48 +173,18 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
-	step("platform-team", func(t *testing.T) {
+	// The examples boot at once: four independent guests, each followed on its own timeline
+	// from the moment the files were applied.
+	step("examples", func(t *testing.T) {
 		vals := e.values()
-		logf("3/5 platform team: namespace team-a, BaseImage team-a/debian-12 (%s)", vals["IMAGE_URL_A"])
-		t0 := time.Now()
-		if err := e.apply(ctx, "team-a.yaml", vals); err != nil {
+		logf("3/5 the platform prepares team-a, team-b and team-c; then examples/proxy as users copy them (%s on %s, build-cache on %s)",
+			"team-a's and team-c's Proxies", hostA, hostB)
+		if err := e.apply(ctx, "teams.yaml", vals); err != nil {
 			t.Fatal(err)
 		}
-		bi := &v1alpha1.BaseImage{}
-		if err := waitFor(ctx, "BaseImage team-a/debian-12 Ready", 2*time.Second, 600*time.Second, func(ctx context.Context) error {
-			if err := e.c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "debian-12"}, bi); err != nil {
-				return err
-			}
-			return conditionTrue("BaseImage", "team-a/debian-12", bi.GetCondition(xpv2.TypeReady))
-		}); err != nil {
-			t.Fatal(err)
-		}
-		size := "the image"
-		if st, err := os.Stat(e.cfg.Image); err == nil {
-			size = fmt.Sprintf("%.0f MiB", float64(st.Size())/(1<<20))
-		}
-		e.tl.add("team-a/debian-12", "BaseImage Ready ("+size+" uploaded and verified)", secs(time.Since(t0)))
-		if baseVol = bi.Status.AtProvider.VolumeName; baseVol == "" {
-			t.Fatal("BaseImage team-a/debian-12 reports no volume")
-		}
-		logf("  BaseImage team-a/debian-12 Ready after %ss: volume %s", secs(time.Since(t0)), baseVol)
-	})
-
-	// proxy-a shares team-a's BaseImage on host A; proxy-b caches its own image on host B
-	// (the same host on the NAT test bed); team B's claim caches its own image on host A.
-	// The three guests are independent: they are created together and boot at the same time,
-	// each followed on its own timeline from that moment.
-	hostA, hostB := e.cfg.hostNames()
-	claim := newUnstructured(gvkProxyClaim, "team-b", "proxy-c")
-	const claimLabel = "team-b/proxy-c (claim)"
-	var xr string // the claim's XProxy
-	step("boot", func(t *testing.T) {
-		vals := e.values()
-		logf("3/5 application team A: Proxy team-a/proxy-a on host %s on the shared BaseImage, Proxy team-a/proxy-b on host %s caching its own image; application team B: ProxyClaim team-b/proxy-c caching its own image (%s); all three boot at once",
-			hostA, hostB, vals["IMAGE_URL_B"])
 		t0 := time.Now()
-		for _, f := range []string{"proxy-a.yaml", "proxy-b.yaml", "team-b.yaml"} {
-			if err := e.apply(ctx, f, vals); err != nil {
+		for _, ex := range proxyExamples(hostB) {
+			if err := e.applyExample(ctx, ex, vals); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -139,193 +193,101 @@ func TestE2E(t *testing.T) {
 			mu   sync.Mutex
 			errs []error
 		)
-		follow := func(f func() error) {
+		for _, pc := range cases {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := f(); err != nil {
+				if err := e.follow(ctx, pc, t0, func(xr string) { mu.Lock(); xrs[pc.name] = xr; mu.Unlock() }); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
 				}
 			}()
 		}
-		for _, p := range []string{"proxy-a", "proxy-b"} {
-			follow(func() error {
-				return e.watch(ctx, newUnstructured(gvkProxy, "team-a", p), p, "team-a/"+p, t0)
-			})
-		}
-		follow(func() error {
-			if err := waitFor(ctx, "ProxyClaim team-b/proxy-c to get its XProxy", 2*time.Second, 120*time.Second, func(ctx context.Context) error {
-				if err := e.c.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
-					return err
-				}
-				xr, _, _ = unstructured.NestedString(claim.Object, "spec", "resourceRef", "name")
-				if xr == "" {
-					return errors.New("no spec.resourceRef yet")
-				}
-				return nil
-			}); err != nil {
-				return err
-			}
-			logf("  ProxyClaim team-b/proxy-c -> XProxy %s", xr)
-			return e.watch(ctx, claim, xr, claimLabel, t0)
-		})
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			t.Fatal(err)
 		}
-		logf("  all three Ready %ss after they were created", secs(time.Since(t0)))
+		logf("  all %d Ready %ss after the examples were applied", len(cases), secs(time.Since(t0)))
 	})
 
-	for _, pc := range []struct {
-		name, host string
-		shared     bool
-	}{{"proxy-a", hostA, true}, {"proxy-b", hostB, false}} {
-		p := pc.name
-		step(p, func(t *testing.T) {
-			xr := newUnstructured(gvkProxy, "team-a", p)
-			if err := e.c.Get(ctx, client.ObjectKeyFromObject(xr), xr); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.checkEndpoint(ctx, "team-a/"+p, "team-a", p+"-proxy", xr); err != nil {
-				t.Fatal(err)
-			}
-			d := &v1alpha1.KVMDomain{}
-			if err := e.c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: p}, d); err != nil {
-				t.Fatal(err)
-			}
-			own := &v1alpha1.BaseImageList{}
-			if err := e.c.List(ctx, own, client.InNamespace("team-a"), client.MatchingLabels{"crossplane.io/composite": p}); err != nil {
-				t.Fatal(err)
-			}
-			image := "debian-12"
-			if pc.shared {
-				if ref := d.Spec.ForProvider.BaseImageRef; ref == nil || ref.Name != "debian-12" {
-					t.Fatalf("KVMDomain team-a/%s does not boot BaseImage debian-12 (baseImageRef %+v)", p, ref)
-				}
-				if len(own.Items) > 0 {
-					t.Fatalf("Proxy team-a/%s composed a BaseImage of its own (%s); it should share debian-12", p, own.Items[0].Name)
-				}
-			} else {
-				if len(own.Items) != 1 {
-					t.Fatalf("Proxy team-a/%s composed %d BaseImages, want its own one", p, len(own.Items))
-				}
-				image = own.Items[0].Name
-			}
-			if err := e.checkPlacement(ctx, "team-a", p, image, pc.host); err != nil {
-				t.Fatal(err)
-			}
-			objs, err := e.hosts.domainObjects("team-a_" + p)
+	for _, pc := range cases {
+		step(pc.name, func(t *testing.T) {
+			objs, err := e.checkProxy(ctx, pc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			objects[p] = objs
+			objects[pc.name] = objs
 		})
 	}
 
-	step("claim", func(t *testing.T) {
-		if err := e.c.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
-			t.Fatal(err)
-		}
-		const label = claimLabel
-		// A claim's composed resources are named after the claim (proxy-c-*), not its XProxy.
-		if err := e.checkEndpoint(ctx, label, "team-b", "proxy-c-proxy", claim); err != nil {
-			t.Fatal(err)
-		}
+	step("claim-secret", func(t *testing.T) {
+		// The claim's connection Secret (writeConnectionSecretToRef) carries the same url as
+		// the Secret composed in its namespace.
 		var conn map[string][]byte
-		if err := waitFor(ctx, "the claim's connection Secret team-b/proxy-c-connection", 2*time.Second, 120*time.Second, func(ctx context.Context) (err error) {
-			conn, err = e.secretData(ctx, "team-b", "proxy-c-connection")
+		if err := waitFor(ctx, "the claim's connection Secret team-c/egress-conn", 2*time.Second, 120*time.Second, func(ctx context.Context) (err error) {
+			conn, err = e.secretData(ctx, "team-c", "egress-conn")
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
-		own, err := e.secretData(ctx, "team-b", "proxy-c-proxy")
+		own, err := e.secretData(ctx, "team-c", "egress-proxy")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(conn["url"], own["url"]) {
-			t.Fatalf("ProxyClaim team-b/proxy-c: the connection Secret's url %q differs from proxy-c-proxy's %q", conn["url"], own["url"])
+			t.Fatalf("ProxyClaim team-c/egress: the connection Secret's url %q differs from egress-proxy's %q", conn["url"], own["url"])
 		}
-		logf("  %s: connection Secret team-b/proxy-c-connection has the same url", label)
-		if err := e.c.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "proxy-c-image"}, &v1alpha1.BaseImage{}); err != nil {
-			t.Fatalf("XProxy %s did not compose BaseImage team-b/proxy-c-image: %v", xr, err)
-		}
-		if err := e.checkPlacement(ctx, "team-b", "proxy-c", "proxy-c-image", hostA); err != nil {
-			t.Fatal(err)
-		}
-		objs, err := e.hosts.domainObjects("team-b_proxy-c")
-		if err != nil {
-			t.Fatal(err)
-		}
-		objects["proxy-c"] = objs
+		logf("  team-c/egress (claim) -> XProxy %s: connection Secret team-c/egress-conn has the same url", xrs["egress"])
 	})
 
-	step("delete-proxy-a", func(t *testing.T) {
-		logf("4/5 delete Proxy team-a/proxy-a")
+	var baseVol string // team-a's shared base volume
+	step("delete-egress-a", func(t *testing.T) {
+		logf("4/5 delete Proxy team-a/egress-a")
+		bi := &v1alpha1.BaseImage{}
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "debian-12-squid"}, bi); err != nil {
+			t.Fatal(err)
+		}
+		if baseVol = bi.Status.AtProvider.VolumeName; baseVol == "" {
+			t.Fatal("BaseImage team-a/debian-12-squid reports no volume")
+		}
 		t0 := time.Now()
-		xr := newUnstructured(gvkProxy, "team-a", "proxy-a")
-		if err := e.c.Delete(ctx, xr); err != nil {
+		if err := e.deleteProxy(ctx, cases[0], objects[cases[0].name]); err != nil {
 			t.Fatal(err)
 		}
-		if err := waitFor(ctx, "Proxy team-a/proxy-a to be deleted", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
-			err := e.c.Get(ctx, client.ObjectKeyFromObject(xr), newUnstructured(gvkProxy, "team-a", "proxy-a"))
-			if kerrors.IsNotFound(err) {
-				return nil
-			}
-			return errors.Join(err, errors.New("still there"))
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if err := waitFor(ctx, "proxy-a's managed resources to be deleted", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
-			left, err := e.composedLeft(ctx, "team-a", "proxy-a")
-			if err == nil && len(left) > 0 {
-				err = fmt.Errorf("still in the API: %s", strings.Join(left, ", "))
-			}
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if err := waitFor(ctx, "proxy-a's domain, overlay, seed and NVRAM to go", 2*time.Second, e.cfg.DeleteTimeout, func(context.Context) error {
-			left, err := e.hosts.present(objects["proxy-a"])
-			if err == nil && len(left) > 0 {
-				err = fmt.Errorf("left on the host: %s", objectList(left))
-			}
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		e.tl.add("delete proxy-a", "Proxy deleted -> domain, overlay, NVRAM, seed gone", secs(time.Since(t0)))
-		logf("  proxy-a gone from the API and the host in %ss: %s", secs(time.Since(t0)), objectList(objects["proxy-a"]))
+		e.tl.add("delete egress-a", "Proxy deleted -> domain, overlay, NVRAM, seed gone", secs(time.Since(t0)))
 		if left, err := e.hosts.present([]object{{hostA, "volume", baseVol}}); err != nil || len(left) == 0 {
-			t.Fatalf("the shared base volume %s went with proxy-a (%v)", baseVol, err)
+			t.Fatalf("the shared base volume %s went with egress-a (%v)", baseVol, err)
 		}
-		if err := waitFor(ctx, "BaseImage team-a/debian-12 Ready after proxy-a was deleted", 2*time.Second, 10*time.Second, func(ctx context.Context) error {
+		if err := waitFor(ctx, "BaseImage team-a/debian-12-squid Ready after egress-a was deleted", 2*time.Second, 10*time.Second, func(ctx context.Context) error {
 			bi := &v1alpha1.BaseImage{}
-			if err := e.c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "debian-12"}, bi); err != nil {
+			if err := e.c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "debian-12-squid"}, bi); err != nil {
 				return err
 			}
-			return conditionTrue("BaseImage", "team-a/debian-12", bi.GetCondition(xpv2.TypeReady))
+			return conditionTrue("BaseImage", "team-a/debian-12-squid", bi.GetCondition(xpv2.TypeReady))
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.checkEndpoint(ctx, "team-a/proxy-b", "team-a", "proxy-b-proxy", newUnstructured(gvkProxy, "team-a", "proxy-b")); err != nil {
+		if err := e.checkEndpoint(ctx, "team-a/egress-b", "team-a", "egress-b-proxy", newUnstructured(gvkProxy, "team-a", "egress-b")); err != nil {
 			t.Fatal(err)
 		}
-		logf("  base volume %s still present, proxy-b still answers", baseVol)
+		logf("  base volume %s still present, egress-b still answers", baseVol)
 	})
 
 	step("delete-all", func(t *testing.T) {
-		logf("4/5 delete Proxy team-a/proxy-b and BaseImage team-a/debian-12; offboard team-b by deleting its namespace")
+		logf("4/5 delete Proxy team-a/egress-b and BaseImage team-a/debian-12-squid; offboard team-b and team-c by deleting their namespaces")
 		t0 := time.Now()
-		if err := e.c.Delete(ctx, newUnstructured(gvkProxy, "team-a", "proxy-b")); err != nil {
+		if err := e.c.Delete(ctx, newUnstructured(gvkProxy, "team-a", "egress-b")); err != nil {
 			t.Fatal(err)
 		}
-		// Offboarding a team: its namespace goes, and with it its claim, VM, seed and image.
-		if err := e.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-b"}}); err != nil {
-			t.Fatal(err)
+		// Offboarding a team: its namespace goes, and with it its Proxy or claim, VM, seed
+		// and image.
+		for _, ns := range []string{"team-b", "team-c"} {
+			if err := e.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := waitFor(ctx, "proxy-b's and the claim's managed resources to be deleted", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
+		if err := waitFor(ctx, "the Proxies' managed resources to be deleted", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
 			left, err := e.managedLeft(ctx, e2eNamespaces, kvmDomains, seedVolumes)
 			if err == nil && len(left) > 0 {
 				err = fmt.Errorf("left: %s", strings.Join(left, ", "))
@@ -335,10 +297,10 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The platform team removes the shared image once no Proxy uses it.
-		if err := e.c.Delete(ctx, &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "debian-12"}}); err != nil {
+		if err := e.c.Delete(ctx, &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "debian-12-squid"}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := waitFor(ctx, "every BaseImage of team-a and team-b to be deleted", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
+		if err := waitFor(ctx, "every BaseImage of the teams to be deleted", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
 			left, err := e.managedLeft(ctx, e2eNamespaces, baseImages)
 			if err == nil && len(left) > 0 {
 				err = fmt.Errorf("left: %s", strings.Join(left, ", "))
@@ -347,7 +309,7 @@ func TestE2E(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := waitFor(ctx, "the test bed to hold nothing of team-a and team-b", 2*time.Second, e.cfg.DeleteTimeout, func(context.Context) error {
+		if err := waitFor(ctx, "the test bed to hold nothing of the teams", 2*time.Second, e.cfg.DeleteTimeout, func(context.Context) error {
 			left, err := e.hosts.leftovers(e2eNamespaces, keep)
 			if err == nil && len(left) > 0 {
 				err = fmt.Errorf("left on the test bed: %s", objectList(left))
@@ -356,32 +318,141 @@ func TestE2E(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []string{"proxy-b", "proxy-c"} {
-			if left, err := e.hosts.present(objects[p]); err != nil || len(left) > 0 {
-				t.Fatalf("objects of %s left on the host: %s %v", p, objectList(left), err)
+		for _, pc := range cases[1:] {
+			if left, err := e.hosts.present(objects[pc.name]); err != nil || len(left) > 0 {
+				t.Fatalf("objects of %s left on the host: %s %v", pc.label(), objectList(left), err)
 			}
 		}
-		if err := waitFor(ctx, "namespace team-b to be gone", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
-			ns := &corev1.Namespace{}
-			if err := e.c.Get(ctx, client.ObjectKey{Name: "team-b"}, ns); !kerrors.IsNotFound(err) {
-				return fmt.Errorf("still there (phase %s, %v)", ns.Status.Phase, err)
+		for _, ns := range []string{"team-b", "team-c"} {
+			if err := waitFor(ctx, "namespace "+ns+" to be gone", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
+				n := &corev1.Namespace{}
+				if err := e.c.Get(ctx, client.ObjectKey{Name: ns}, n); !kerrors.IsNotFound(err) {
+					return fmt.Errorf("still there (phase %s, %v)", n.Status.Phase, err)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
 			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
 		}
-		logf("  namespace team-b deleted: its claim, VM, seed and image are gone from the host")
-		e.tl.add("delete proxy-b, BaseImage, ns team-b", "deleted -> nothing of team-a/team-b left on the host", secs(time.Since(t0)))
-		logf("  nothing of team-a or team-b left on the host (domains, overlays, seeds, NVRAM, base volumes)")
+		logf("  namespaces team-b and team-c deleted: their Proxy, claim, VMs, seeds and images are gone from the hosts")
+		e.tl.add("delete egress-b, BaseImage, ns team-b, team-c", "deleted -> nothing of the teams left on the hosts", secs(time.Since(t0)))
+		logf("  nothing of team-a, team-b or team-c left on the hosts (domains, overlays, seeds, NVRAM, base volumes)")
 		if left := e.xrsLeft(ctx, e2eNamespaces); len(left) > 0 {
 			t.Fatalf("XRs or claims left: %s", strings.Join(left, ", "))
 		}
 	})
 
 	step("timeline", func(t *testing.T) {
-		logf("5/5 timeline (seconds after each Proxy was created; TCG guests, %d vCPU, %d MiB, one at a time; provider --poll=%s)", e.cfg.VCPUs, e.cfg.MemMiB, e.cfg.Poll)
+		logf("5/5 timeline (seconds after the examples were applied; TCG guests booting at once; provider --poll=%s)", e.cfg.Poll)
 		e.tl.print(os.Stdout)
 	})
+}
+
+// follow waits until the Proxy or claim of pc is Ready, recording its timeline from t0; for
+// a claim it first waits for its XProxy and hands its name to gotXR.
+func (e *env) follow(ctx context.Context, pc proxyCase, t0 time.Time, gotXR func(string)) error {
+	obj, composite := pc.object(), pc.name
+	if pc.claim {
+		if err := waitFor(ctx, "ProxyClaim "+pc.ns+"/"+pc.name+" to get its XProxy", 2*time.Second, 120*time.Second, func(ctx context.Context) error {
+			if err := e.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+				return err
+			}
+			composite, _, _ = unstructured.NestedString(obj.Object, "spec", "resourceRef", "name")
+			if composite == "" {
+				return errors.New("no spec.resourceRef yet")
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		logf("  %s -> XProxy %s", pc.label(), composite)
+		gotXR(composite)
+	}
+	return e.watch(ctx, obj, composite, pc.label(), t0)
+}
+
+// checkProxy checks a Ready Proxy (or claim) of the examples: its Secret, Service and
+// EndpointSlice and a 204 through it; the image it boots (the namespace's shared BaseImage,
+// or one it composed of its own); its VM on the host it asked for and on no other. It returns
+// what the VM is made of on the host.
+func (e *env) checkProxy(ctx context.Context, pc proxyCase) ([]object, error) {
+	obj := pc.object()
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return nil, err
+	}
+	// A claim's composed resources are named after the claim, not its XProxy.
+	if err := e.checkEndpoint(ctx, pc.label(), pc.ns, pc.name+"-proxy", obj); err != nil {
+		return nil, err
+	}
+	d := &v1alpha1.KVMDomain{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: pc.ns, Name: pc.name}, d); err != nil {
+		return nil, err
+	}
+	own := &v1alpha1.BaseImageList{}
+	if err := e.c.List(ctx, own, client.InNamespace(pc.ns)); err != nil {
+		return nil, err
+	}
+	image := pc.image
+	ref := d.Spec.ForProvider.BaseImageRef
+	switch {
+	case pc.image != "" && (ref == nil || ref.Name != pc.image):
+		return nil, fmt.Errorf("KVMDomain %s does not boot the shared BaseImage %s (baseImageRef %+v)", pc.label(), pc.image, ref)
+	case pc.image == "" && (ref == nil || ref.Name == ""):
+		return nil, fmt.Errorf("KVMDomain %s names no BaseImage", pc.label())
+	case pc.image == "":
+		image = ref.Name
+		composed := false
+		for i := range own.Items {
+			if own.Items[i].Name == image && own.Items[i].GetLabels()["crossplane.io/composite"] != "" {
+				composed = true
+			}
+		}
+		if !composed {
+			return nil, fmt.Errorf("%s boots BaseImage %s, which it did not compose; it should cache its own image", pc.label(), image)
+		}
+	}
+	if err := e.checkPlacement(ctx, pc.ns, pc.name, image, pc.host); err != nil {
+		return nil, err
+	}
+	return e.hosts.domainObjects(pc.ns + "_" + pc.name)
+}
+
+// deleteProxy deletes a Proxy and waits until it, its composed resources and its VM's objects
+// on the host are gone.
+func (e *env) deleteProxy(ctx context.Context, pc proxyCase, objs []object) error {
+	xr := pc.object()
+	if err := e.c.Delete(ctx, xr); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "Proxy "+pc.label()+" to be deleted", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+		err := e.c.Get(ctx, client.ObjectKeyFromObject(xr), pc.object())
+		if kerrors.IsNotFound(err) {
+			return nil
+		}
+		return errors.Join(err, errors.New("still there"))
+	}); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, pc.label()+"'s managed resources to be deleted", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
+		left, err := e.composedLeft(ctx, pc.ns, pc.name)
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("still in the API: %s", strings.Join(left, ", "))
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, pc.label()+"'s domain, overlay, seed and NVRAM to go", 2*time.Second, e.cfg.DeleteTimeout, func(context.Context) error {
+		left, err := e.hosts.present(objs)
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("left on the host: %s", objectList(left))
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	logf("  %s gone from the API and the host: %s", pc.label(), objectList(objs))
+	return nil
 }
 
 // finish runs when a test ends: on failure the diagnostics and, unless KEEP_ON_FAILURE=1,

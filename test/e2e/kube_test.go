@@ -114,6 +114,11 @@ func (e *env) objects(file string, vals map[string]string) ([]*unstructured.Unst
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", file, err)
 	}
+	return decode(file, text)
+}
+
+// decode reads the YAML documents of text (from file) as objects.
+func decode(file, text string) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	r := k8syaml.NewYAMLReader(bufio.NewReader(strings.NewReader(text)))
 	for {
@@ -140,6 +145,19 @@ func (e *env) apply(ctx context.Context, file string, vals map[string]string) er
 	if err != nil {
 		return err
 	}
+	return e.applyObjects(ctx, file, objs)
+}
+
+// applyText applies the objects of text, read from file.
+func (e *env) applyText(ctx context.Context, file, text string) error {
+	objs, err := decode(file, text)
+	if err != nil {
+		return err
+	}
+	return e.applyObjects(ctx, file, objs)
+}
+
+func (e *env) applyObjects(ctx context.Context, file string, objs []*unstructured.Unstructured) error {
 	for _, u := range objs {
 		if err := e.c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 			return fmt.Errorf("apply %s %s from %s: %w", u.GetKind(), u.GetName(), file, err)

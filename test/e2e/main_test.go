@@ -217,7 +217,7 @@ func (c *config) natHost() {
 }
 
 // lanHosts: host-a and host-b of cluster/lan (its env.sh, LAN_*), each its own
-// ClusterProviderConfig named after the host.
+// ClusterProviderConfig: host-a's is "default", host-b's "host-b".
 func (c *config) lanHosts() {
 	c.Netns = getenv("LAN_NODE_NETNS", "node")
 	c.SSHUser = getenv("LAN_SSH_USER", "root")
@@ -235,8 +235,14 @@ func (c *config) lanHosts() {
 		if v("IP") == "" {
 			continue
 		}
+		// The first host's ClusterProviderConfig is "default", the name the examples (and
+		// Proxies without spec.host) use; the others are named after their host.
+		name := h
+		if len(c.Hosts) == 0 {
+			name = "default"
+		}
 		c.Hosts = append(c.Hosts, hostConfig{
-			Name: h, SSHHost: v("IP"), SSHPort: envInt("LAN_SSH_PORT", 22),
+			Name: name, SSHHost: v("IP"), SSHPort: envInt("LAN_SSH_PORT", 22),
 			Pool: v("POOL"), Bridge: v("BRIDGE"),
 			Socket: filepath.Join(dir, h, "run", filepath.Base(c.LibvirtSocket)), LibDir: filepath.Join(dir, h, "lib"), LogDir: filepath.Join(dir, h, "log"),
 		})

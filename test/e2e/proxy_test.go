@@ -137,8 +137,12 @@ func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *
 	if u != "http://"+h+":"+p {
 		return fmt.Errorf("%s: Secret %s/%s: url %s does not match host %s and port %s", label, ns, secret, u, h, p)
 	}
-	if p != "3128" {
-		return fmt.Errorf("%s: Secret %s/%s: port %s, want 3128", label, ns, secret, p)
+	wantPort := int64(3128) // the Proxy API's default
+	if v, ok, _ := unstructured.NestedInt64(obj.Object, "spec", "port"); ok {
+		wantPort = v
+	}
+	if p != fmt.Sprint(wantPort) {
+		return fmt.Errorf("%s: Secret %s/%s: port %s, want %d (spec.port)", label, ns, secret, p, wantPort)
 	}
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(obj.GroupVersionKind())
