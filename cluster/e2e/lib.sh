@@ -185,6 +185,10 @@ build_e2etest() {
 	mkdir -p "$OUT"
 	(cd "$REPO" && go test -c -tags e2e -o "$E2E_TEST" ./test/e2e) ||
 		die "go test -c -tags e2e ./test/e2e failed"
+	# Its offline tests first (manifests render, every example still holds what the e2e
+	# replaces): a broken example fails here, not after the bring-up.
+	(cd "$REPO/test/e2e" && "$E2E_TEST" -test.count=1 -test.run '^(TestManifests|TestProxyExamples|TestTimelineTable)$') ||
+		die "the e2e's offline tests failed (above)"
 	# On the LAN the plain-virsh baseline is test/lan's guest on host-a's bridge.
 	if [[ $TOPOLOGY == lan ]]; then
 		(cd "$REPO" && go test -c -tags lan -o "$OUT/lan.test" ./test/lan) ||

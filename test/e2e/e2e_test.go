@@ -74,10 +74,18 @@ func (e *env) applyExample(ctx context.Context, ex example, vals map[string]stri
 	if err != nil {
 		return err
 	}
-	text := string(b)
+	text, err := ex.substitute(string(b), vals)
+	if err != nil {
+		return err
+	}
+	return e.applyText(ctx, ex.File, text)
+}
+
+// substitute puts the test bed's values into text, the example file's content.
+func (ex example) substitute(text string, vals map[string]string) (string, error) {
 	for _, s := range ex.Subst {
 		if !strings.Contains(text, s[0]) {
-			return fmt.Errorf("%s no longer contains %q: update the e2e's substitutions with the example", ex.File, s[0])
+			return "", fmt.Errorf("%s no longer contains %q: update the e2e's substitutions with the example", ex.File, s[0])
 		}
 		to, ok := vals[s[1]]
 		if !ok {
@@ -85,7 +93,7 @@ func (e *env) applyExample(ctx context.Context, ex example, vals map[string]stri
 		}
 		text = strings.ReplaceAll(text, s[0], to)
 	}
-	return e.applyText(ctx, ex.File, text)
+	return text, nil
 }
 
 // proxyCase is one Proxy (or claim) of the examples and what TestE2E checks of it.

@@ -191,3 +191,43 @@ func TestManifests(t *testing.T) {
 		t.Errorf("render of an unknown placeholder: %v, want an error naming it", err)
 	}
 }
+
+// TestProxyExamples applies nothing: it checks that every file of examples/proxy is one the
+// e2e boots, that each still holds the values the e2e replaces, and that what it applies
+// decodes with the test bed's values in place (no example address left).
+func TestProxyExamples(t *testing.T) {
+	e := &env{cfg: loadConfig(), imageSHA256: strings.Repeat("0", 64), probeURL: "http://10.77.0.10:18204/"}
+	e.guestCIDR = "10.77.0.0/24"
+	files, err := filepath.Glob(filepath.Join(e.cfg.Repo, "examples", "proxy", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples in %s (%v)", filepath.Join(e.cfg.Repo, "examples", "proxy"), err)
+	}
+	booted := map[string]bool{}
+	vals := e.values()
+	for _, ex := range proxyExamples("host-b") {
+		booted[filepath.Join(e.cfg.Repo, ex.File)] = true
+		b, err := os.ReadFile(filepath.Join(e.cfg.Repo, ex.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := ex.substitute(string(b), vals)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		for _, addr := range []string{exImageURL, exSHA256, exGuestNet, exProbeURL, "images.example.org"} {
+			if strings.Contains(text, addr) {
+				t.Errorf("%s: %q is still there after the substitutions", ex.File, addr)
+			}
+		}
+		objs, err := decode(ex.File, text)
+		if err != nil || len(objs) == 0 {
+			t.Errorf("%s: %d objects, %v", ex.File, len(objs), err)
+		}
+	}
+	for _, f := range files {
+		if !booted[f] {
+			t.Errorf("%s is not booted by make e2e: add it to proxyExamples", f)
+		}
+	}
+}
