@@ -57,7 +57,7 @@ func TestBenchLatency(t *testing.T) {
 	}
 	e := requireEnv(t)
 	ctx := context.Background()
-	keep, err := e.hosts.baseVolumes()
+	keep, err := e.hosts.BaseVolumes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func (e *env) probeUntil204(ctx context.Context, domain, probeURL string, first 
 	ip := ""
 	for {
 		if ip == "" {
-			ip = e.hosts.first().leaseIP(domain)
+			ip = e.hosts.First().LeaseIP(domain)
 		}
 		if ip != "" {
 			proxy := &url.URL{Scheme: "http", Host: ip + ":3128"}
@@ -217,30 +217,6 @@ func (e *env) probeUntil204(ctx context.Context, domain, probeURL string, first 
 		case <-tick.C:
 		}
 	}
-}
-
-// leaseIP is the IPv4 address libvirt's DHCP leases give the domain, "" while it has none.
-func (h *host) leaseIP(domain string) string {
-	ip := ""
-	_ = h.call(func(l *libvirt.Libvirt) error {
-		d, err := l.DomainLookupByName(domain)
-		if err != nil {
-			return err
-		}
-		ifs, err := l.DomainInterfaceAddresses(d, uint32(libvirt.DomainInterfaceAddressesSrcLease), 0)
-		if err != nil {
-			return err
-		}
-		for _, i := range ifs {
-			for _, a := range i.Addrs {
-				if a.Type == int32(libvirt.IPAddrTypeIpv4) {
-					ip = a.Addr
-				}
-			}
-		}
-		return nil
-	})
-	return ip
 }
 
 // lifecycle records the time of each domain lifecycle event, from a connection of its own.

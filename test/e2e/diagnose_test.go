@@ -100,7 +100,7 @@ func (e *env) diagnose(ctx context.Context, namespaces []string) {
 		printErrors(w, filepath.Join(e.cfg.Logs, name+".log"))
 	}
 	for _, h := range e.hosts {
-		ds, err := h.domains()
+		ds, err := h.Domains()
 		if err != nil {
 			continue
 		}
@@ -109,12 +109,12 @@ func (e *env) diagnose(ctx context.Context, namespaces []string) {
 			for _, ns := range append([]string{"demo"}, namespaces...) {
 				ours = ours || strings.HasPrefix(d, ns+"_")
 			}
-			f := filepath.Join(h.logDir, "qemu", d+"-console.log")
+			f := filepath.Join(h.LogDir, "qemu", d+"-console.log")
 			if !ours {
 				continue
 			}
 			if s := tail(f, 25); s != "" {
-				fmt.Fprintf(w, "----- serial console of %s on %s (%s)\n%s\n", d, h.name, f, s)
+				fmt.Fprintf(w, "----- serial console of %s on %s (%s)\n%s\n", d, h.Name, f, s)
 			}
 		}
 	}
@@ -233,7 +233,7 @@ func diagnoseMain() int {
 	}
 	if hs, err := dialHosts(cfg); err == nil {
 		e.hosts = hs
-		defer hs.close()
+		defer hs.Close()
 	}
 	e.diagnose(context.Background(), []string{"team-a", "team-b"})
 	return 0

@@ -128,7 +128,7 @@ func TestE2E(t *testing.T) {
 	e := requireEnv(t)
 	ctx := context.Background()
 	// Base image volumes that were there before (a running demo's): not this test's.
-	keep, err := e.hosts.baseVolumes()
+	keep, err := e.hosts.BaseVolumes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.tl.add("delete egress-a", "Proxy deleted -> domain, overlay, NVRAM, seed gone", secs(time.Since(t0)))
-		if left, err := e.hosts.present([]object{{hostA, "volume", baseVol}}); err != nil || len(left) == 0 {
+		if left, err := e.hosts.Present([]object{{Host: hostA, Kind: "volume", Name: baseVol}}); err != nil || len(left) == 0 {
 			t.Fatalf("the shared base volume %s went with egress-a (%v)", baseVol, err)
 		}
 		if err := waitFor(ctx, "BaseImage team-a/debian-12-squid Ready after egress-a was deleted", 2*time.Second, 10*time.Second, func(ctx context.Context) error {
@@ -318,7 +318,7 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := waitFor(ctx, "the test bed to hold nothing of the teams", 2*time.Second, e.cfg.DeleteTimeout, func(context.Context) error {
-			left, err := e.hosts.leftovers(e2eNamespaces, keep)
+			left, err := e.hosts.Leftovers(e2eNamespaces, keep)
 			if err == nil && len(left) > 0 {
 				err = fmt.Errorf("left on the test bed: %s", objectList(left))
 			}
@@ -327,7 +327,7 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, pc := range cases[1:] {
-			if left, err := e.hosts.present(objects[pc.name]); err != nil || len(left) > 0 {
+			if left, err := e.hosts.Present(objects[pc.name]); err != nil || len(left) > 0 {
 				t.Fatalf("objects of %s left on the host: %s %v", pc.label(), objectList(left), err)
 			}
 		}
@@ -422,7 +422,7 @@ func (e *env) checkProxy(ctx context.Context, pc proxyCase) ([]object, error) {
 	if err := e.checkPlacement(ctx, pc.ns, pc.name, image, pc.host); err != nil {
 		return nil, err
 	}
-	return e.hosts.domainObjects(pc.ns + "_" + pc.name)
+	return e.hosts.DomainObjects(pc.ns + "_" + pc.name)
 }
 
 // deleteProxy deletes a Proxy and waits until it, its composed resources and its VM's objects
@@ -451,7 +451,7 @@ func (e *env) deleteProxy(ctx context.Context, pc proxyCase, objs []object) erro
 		return err
 	}
 	if err := waitFor(ctx, pc.label()+"'s domain, overlay, seed and NVRAM to go", 2*time.Second, e.cfg.DeleteTimeout, func(context.Context) error {
-		left, err := e.hosts.present(objs)
+		left, err := e.hosts.Present(objs)
 		if err == nil && len(left) > 0 {
 			err = fmt.Errorf("left on the host: %s", objectList(left))
 		}
@@ -637,7 +637,7 @@ func (e *env) teardown(ctx context.Context, namespaces []string, keep map[string
 		}
 	}
 	if err := waitFor(ctx, "the test bed to hold nothing of "+strings.Join(namespaces, ", "), 2*time.Second, hostTimeout, func(context.Context) error {
-		left, err := e.hosts.leftovers(namespaces, keep)
+		left, err := e.hosts.Leftovers(namespaces, keep)
 		if err == nil && len(left) > 0 {
 			err = fmt.Errorf("left: %s", objectList(left))
 		}
@@ -656,7 +656,7 @@ func teardownMain(namespaces []string) int {
 		warnf("%v", err)
 		return 1
 	}
-	defer e.hosts.close()
+	defer e.hosts.Close()
 	keep := map[string]bool{}
 	if err := e.teardown(ctx, namespaces, keep, e.cfg.DeleteTimeout, 300*time.Second); err != nil {
 		warnf("%v", err)

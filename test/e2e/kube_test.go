@@ -652,7 +652,7 @@ func newEnv() (*env, error) {
 	}
 	e := &env{cfg: cfg, c: c, hosts: hs, tl: &timeline{}}
 	if e.originIP, e.guestCIDR, err = origin(cfg, hs); err != nil {
-		hs.close()
+		hs.Close()
 		return nil, err
 	}
 	e.probeURL = fmt.Sprintf("http://%s/", net.JoinHostPort(e.originIP, fmt.Sprint(cfg.OriginPort)))
@@ -690,7 +690,7 @@ func requireEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.hosts.close)
+	t.Cleanup(e.hosts.Close)
 	if !apiReady(ctx, e.c) {
 		t.Fatalf("the API server of %s does not answer", cfg.Kubeconfig)
 	}
@@ -703,7 +703,7 @@ func origin(cfg config, hs hosts) (ip, cidr string, err error) {
 	if cfg.OriginIP != "" {
 		return cfg.OriginIP, cfg.GuestCIDR, nil
 	}
-	return hs.first().bridgeIP(cfg.Hosts[0].Network)
+	return hs.First().BridgeIP(cfg.Hosts[0].Network)
 }
 
 // insideNetns: this process is inside network namespace name.

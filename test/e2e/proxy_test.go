@@ -268,7 +268,7 @@ func orQ(s string) string { return orDefault(s, "?") }
 func (e *env) checkPlacement(ctx context.Context, ns, name, image, hostName string) error {
 	label := ns + "/" + name
 	hc, ok := e.cfg.host(hostName)
-	h := e.hosts.get(hostName)
+	h := e.hosts.Get(hostName)
 	if !ok || h == nil {
 		return fmt.Errorf("%s: no host %s in this topology", label, hostName)
 	}
@@ -285,15 +285,15 @@ func (e *env) checkPlacement(ctx context.Context, ns, name, image, hostName stri
 	}
 	domain := ns + "_" + name
 	for _, o := range e.hosts {
-		ds, err := o.domains()
+		ds, err := o.Domains()
 		if err != nil {
 			return err
 		}
-		if ds[domain] != (o.name == hostName) {
-			return fmt.Errorf("%s: domain %s defined on host %s: %v (it belongs on %s only)", label, domain, o.name, ds[domain], hostName)
+		if ds[domain] != (o.Name == hostName) {
+			return fmt.Errorf("%s: domain %s defined on host %s: %v (it belongs on %s only)", label, domain, o.Name, ds[domain], hostName)
 		}
 	}
-	dom, err := h.domainXML(domain)
+	dom, err := h.DomainXML(domain)
 	if err != nil {
 		return fmt.Errorf("%s: %w", label, err)
 	}
@@ -323,7 +323,7 @@ func (e *env) checkPlacement(ctx context.Context, ns, name, image, hostName stri
 		return fmt.Errorf("%s: BaseImage %s/%s's providerConfigRef %+v, want %s", label, ns, image, ref, hostName)
 	}
 	vol := bi.Status.AtProvider.VolumeName
-	if left, err := e.hosts.present([]object{{hostName, "volume", vol}}); err != nil || len(left) != 1 {
+	if left, err := e.hosts.Present([]object{{Host: hostName, Kind: "volume", Name: vol}}); err != nil || len(left) != 1 {
 		return fmt.Errorf("%s: BaseImage %s/%s's volume %q is not on host %s (%v)", label, ns, image, vol, hostName, err)
 	}
 	logf("  %s: on host %s (%s), address %s from %s, base image %s cached on %s", label, hostName, want, at.IPv4, at.IPSource, vol, hostName)

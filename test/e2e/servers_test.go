@@ -112,7 +112,7 @@ func serveMain() int {
 		return 1
 	}
 	bridge, _, err := origin(cfg, hs)
-	hs.close()
+	hs.Close()
 	if err != nil {
 		warnf("%v", err)
 		return 1

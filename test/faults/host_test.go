@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+	"github.com/provider-kvm/provider-kvm/test/support/hostinspect"
+	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // nvramDir is where libvirt keeps the test bed's NVRAM files.
@@ -62,31 +64,24 @@ func (o owned) match(name string) bool {
 	return false
 }
 
-// leftovers lists what of o is on the host: domains (defined, running or not), files of the
-// pool directory (data volumes, markers, claims, owner and ownership records, overlays,
-// seeds; a file libvirt does not list counts too) and NVRAM files.
-func leftovers(t *testing.T, poolDir string, o owned) []string {
+// inspect is the test bed's libvirtd as test/support/hostinspect sees it, with the pool's
+// directory, so a file libvirt does not list counts too.
+func inspect(tb *testbed.Env) *hostinspect.Host {
+	return &hostinspect.Host{Name: "testbed", Socket: tb.LibvirtSocket, URI: "qemu:///system", Pool: tb.Pool, PoolDir: tb.PoolDir}
+}
+
+// leftovers lists what of o is on the host: domains (defined, running or not), volumes and
+// files of the pool (data volumes, markers, claims, owner and ownership records, overlays,
+// seeds) and NVRAM files, as "kind name".
+func leftovers(t *testing.T, h *hostinspect.Host, o owned) []string {
 	t.Helper()
-	var out []string
-	doms, err := virsh("list", "--all", "--name")
+	objs, err := h.Matching(o.match, nil)
 	if err != nil {
-		t.Errorf("listing domains: %v", err)
+		t.Errorf("listing the host: %v", err)
 	}
-	for _, d := range lines(doms) {
-		if o.match(d) {
-			out = append(out, "domain "+d)
-		}
-	}
-	for _, dir := range []struct{ what, path string }{{"pool file", poolDir}, {"nvram", nvramDir}} {
-		ents, err := os.ReadDir(dir.path)
-		if err != nil && !os.IsNotExist(err) {
-			t.Errorf("listing %s: %v", dir.path, err)
-		}
-		for _, e := range ents {
-			if o.match(e.Name()) {
-				out = append(out, dir.what+" "+e.Name())
-			}
-		}
+	out := make([]string, 0, len(objs))
+	for _, obj := range objs {
+		out = append(out, obj.Kind+" "+filepath.Base(obj.Name))
 	}
 	sort.Strings(out)
 	return out
@@ -241,34 +236,21 @@ func (m *monitor) end() ([]string, int) {
 
 // cleanHost removes what an earlier, aborted run of the suite left on the host (objects of o):
 // a domain of a namespace's name left over would not be ours to the new run's resources.
-func cleanHost(t *testing.T, pool, poolDir string, o owned) {
+func cleanHost(t *testing.T, h *hostinspect.Host, o owned) {
 	t.Helper()
-	left := leftovers(t, poolDir, o)
-	if len(left) == 0 {
+	objs, err := h.Matching(o.match, nil)
+	if err != nil {
+		t.Fatalf("listing the host: %v", err)
+	}
+	if len(objs) == 0 {
 		return
 	}
-	t.Logf("removing %d objects an earlier run of the suite left: %s", len(left), strings.Join(left, ", "))
-	for _, l := range left {
-		i := strings.LastIndex(l, " ")
-		what, name := l[:i], l[i+1:]
-		var err error
-		switch what {
-		case "domain":
-			_, _ = virsh("destroy", name)
-			_, err = virsh("undefine", "--nvram", name)
-		case "pool file":
-			if _, err = virsh("vol-delete", "--pool", pool, name); err != nil {
-				err = os.Remove(filepath.Join(poolDir, name))
-			}
-		case "nvram":
-			err = os.Remove(filepath.Join(nvramDir, name))
-		}
-		if err != nil && !os.IsNotExist(err) {
-			t.Logf("removing %s: %v", l, err)
-		}
+	t.Logf("removing %d objects an earlier run of the suite left: %s", len(objs), hostinspect.List(objs))
+	for _, err := range h.Remove(objs) {
+		t.Logf("%v", err)
 	}
-	_, _ = virsh("pool-refresh", pool)
-	if left := leftovers(t, poolDir, o); len(left) > 0 {
+	_, _ = virsh("pool-refresh", h.Pool)
+	if left := leftovers(t, h, o); len(left) > 0 {
 		t.Fatalf("cannot clean the host of an earlier run's objects: %s", strings.Join(left, ", "))
 	}
 }

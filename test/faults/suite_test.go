@@ -150,7 +150,7 @@ func TestFaults(t *testing.T) {
 	for _, ns := range o.namespaces {
 		o.digests = append(o.digests, digest(ns))
 	}
-	cleanHost(t, tb.Pool, tb.PoolDir, o)
+	cleanHost(t, inspect(tb), o)
 	s.mon = startMonitor(nsPrefix)
 
 	t.Cleanup(func() { s.report(t, out) })
@@ -361,7 +361,7 @@ func (s *suite) leaks(t *testing.T, namespaces []string, images []string) []stri
 	for _, img := range images {
 		o.digests = append(o.digests, digest(img))
 	}
-	left := leftovers(t, s.tb.PoolDir, o)
+	left := leftovers(t, inspect(s.tb), o)
 	for _, l := range left {
 		t.Errorf("leaked on the host: %s", l)
 	}
