@@ -24,7 +24,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/testbed"
+	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // recorder is a fake event.Recorder that keeps what it was given.
