@@ -21,9 +21,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
-// nvramDir is where libvirt keeps the test bed's NVRAM files.
-const nvramDir = "/var/lib/libvirt/qemu/nvram"
-
 // virsh runs virsh against the test bed's libvirtd (the test runs inside its namespace).
 func virsh(args ...string) (string, error) {
 	out, err := exec.Command("virsh", append([]string{"-q", "-c", "qemu:///system"}, args...)...).CombinedOutput()

@@ -299,42 +299,55 @@ func (h *Host) Matching(ours, alsoVolumes func(string) bool) ([]Object, error) {
 	if alsoVolumes == nil {
 		alsoVolumes = func(string) bool { return false }
 	}
-	var out []Object
+	vol := func(n string) bool { return ours(n) || alsoVolumes(n) }
 	ds, err := h.Domains()
 	if err != nil {
 		return nil, err
-	}
-	for _, d := range sortedKeys(ds) {
-		if ours(d) {
-			out = append(out, Object{h.Name, "domain", d})
-		}
 	}
 	vs, err := h.Volumes()
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range sortedKeys(vs) {
-		if ours(v) || alsoVolumes(v) {
-			out = append(out, Object{h.Name, "volume", v})
-		}
-	}
+	out := h.named("domain", sortedKeys(ds), ours, "")
+	out = append(out, h.named("volume", sortedKeys(vs), vol, "")...)
 	if h.PoolDir != "" {
-		ents, err := os.ReadDir(h.PoolDir)
-		if err != nil && !os.IsNotExist(err) {
+		files, err := dirNames(h.PoolDir)
+		if err != nil {
 			return nil, fmt.Errorf("listing the pool directory %s: %w", h.PoolDir, err)
 		}
-		for _, en := range ents {
-			if n := en.Name(); !vs[n] && (ours(n) || alsoVolumes(n)) {
-				out = append(out, Object{h.Name, "file", filepath.Join(h.PoolDir, n)})
-			}
-		}
+		unlisted := func(n string) bool { return !vs[n] && vol(n) }
+		out = append(out, h.named("file", files, unlisted, h.PoolDir)...)
 	}
 	nvramDir := h.Local(libvirtLib + "/qemu/nvram")
-	entries, _ := os.ReadDir(nvramDir)
-	for _, en := range entries {
-		if ours(en.Name()) {
-			out = append(out, Object{h.Name, "nvram", filepath.Join(nvramDir, en.Name())})
+	nvram, _ := dirNames(nvramDir)
+	return append(out, h.named("nvram", nvram, ours, nvramDir)...), nil
+}
+
+// named are the objects of kind among names that match; dir, when set, makes their names
+// paths in it.
+func (h *Host) named(kind string, names []string, match func(string) bool, dir string) []Object {
+	var out []Object
+	for _, n := range names {
+		if !match(n) {
+			continue
 		}
+		if dir != "" {
+			n = filepath.Join(dir, n)
+		}
+		out = append(out, Object{h.Name, kind, n})
+	}
+	return out
+}
+
+// dirNames are the names in dir; a directory that does not exist has none.
+func dirNames(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	out := make([]string, 0, len(ents))
+	for _, en := range ents {
+		out = append(out, en.Name())
 	}
 	return out, nil
 }
