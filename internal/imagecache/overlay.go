@@ -2,6 +2,7 @@ package imagecache
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
@@ -9,11 +10,25 @@ import (
 )
 
 const (
-	errUnpublished = "the base image volume %s is not published on the host (it is being removed, or not yet re-published)"
 	errOverlayUndo = "the base image volume %s is being removed, and the overlay onto it cannot be deleted"
 	errOverlayBase = "cannot look up the base image volume %s"
 	errOverlayLock = "cannot lock the base images of pool %s"
 )
+
+// UnpublishedError says a base image volume is not published on the host (its marker is gone:
+// it is being removed, or not yet published again), so no overlay is created onto it. Err is
+// why the marker could not be found.
+type UnpublishedError struct {
+	Volume string
+	Err    error
+}
+
+func (e *UnpublishedError) Error() string {
+	return fmt.Sprintf("the base image volume %s is not published on the host (it is being removed, or not yet re-published): %v", e.Volume, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *UnpublishedError) Unwrap() error { return e.Err }
 
 // OverlayHost is what CreateOverlay needs of a host; *libvirt.Client is one.
 type OverlayHost interface {
@@ -37,7 +52,7 @@ func (s *Shared) CreateOverlay(ctx context.Context, h OverlayHost, pool, base st
 	}
 	defer unlock()
 	if _, err := h.VolumeInfo(ctx, pool, MarkerName(base)); err != nil {
-		return errors.Wrapf(err, errUnpublished, base)
+		return &UnpublishedError{Volume: base, Err: err}
 	}
 	bv, err := h.Volume(ctx, pool, base)
 	if err != nil {
@@ -50,7 +65,7 @@ func (s *Shared) CreateOverlay(ctx context.Context, h OverlayHost, pool, base st
 		if derr := undo(); derr != nil {
 			return errors.Wrapf(derr, errOverlayUndo, base)
 		}
-		return errors.Wrapf(err, errUnpublished, base)
+		return &UnpublishedError{Volume: base, Err: err}
 	}
 	return nil
 }

@@ -36,13 +36,13 @@ func TestCreateOverlay(t *testing.T) {
 		"Unpublished": {
 			reason: "a base without its marker (being removed) gets no overlay",
 			setup:  func(_ *testing.T, h *fakestorage.Storage) { h.Put(tpool, volA, nil) },
-			want:   want{err: errors.Wrapf(fakestorage.NotFound, errUnpublished, volA), names: []string{volA}},
+			want:   want{err: &UnpublishedError{Volume: volA, Err: fakestorage.NotFound}, names: []string{volA}},
 		},
 		"UnpublishedMeanwhile": {
 			reason: "a base another process unpublished while the overlay was made: the overlay is deleted again",
 			setup:  func(t *testing.T, h *fakestorage.Storage) { published(t, h, volA, sumA, FormatQCOW2, us, rawSize) },
 			during: func(h *fakestorage.Storage) { _ = h.DeleteVolume(context.Background(), tpool, MarkerName(volA)) },
-			want:   want{err: errors.Wrapf(fakestorage.NotFound, errUnpublished, volA), basePath: pathA, names: []string{volA}},
+			want:   want{err: &UnpublishedError{Volume: volA, Err: fakestorage.NotFound}, basePath: pathA, names: []string{volA}},
 		},
 		"UndoFails": {
 			reason: "an overlay that cannot be deleted again says so",
@@ -114,7 +114,7 @@ func TestCreateOverlayWaitsForRemoval(t *testing.T) {
 		_ = h.DeleteVolume(context.Background(), tpool, n)
 	}
 	unlock()
-	want := errors.Wrapf(fakestorage.NotFound, errUnpublished, volA)
+	want := &UnpublishedError{Volume: volA, Err: fakestorage.NotFound}
 	if diff := cmp.Diff(want, <-done, test.EquateErrors()); diff != "" {
 		t.Errorf("CreateOverlay after a removal: -want error, +got error:\n%s", diff)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 
@@ -85,6 +86,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 		watches = append(watches, events.Source())
 	}
 	shutdowns := &shutdowns{m: map[types.UID]time.Time{}}
+	policies := o.Features.Enabled(feature.EnableBetaManagementPolicies)
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.KVMDomain]{
 		GroupKind: v1alpha1.KVMDomainGroupKind,
 		GVK:       v1alpha1.KVMDomainGroupVersionKind,
@@ -98,7 +100,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 			return &connector{
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns,
 				conn:    connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
-				records: ownership.NewRecords(), images: shared.Images,
+				records: ownership.NewRecords(), images: shared.Images, policies: policies,
 			}
 		},
 	})
@@ -111,6 +113,9 @@ type connector struct {
 	shutdowns *shutdowns
 	records   *ownership.Records
 	images    *imagecache.Shared
+	// policies: spec.managementPolicies are honoured (the provider's
+	// --enable-management-policies, as the managed reconciler is told).
+	policies bool
 }
 
 // Host is what the external client needs of a libvirt host; *libvirt.Client is one.
@@ -139,6 +144,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, defaults: s.Defaults, source: s.Source,
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
+		policies: c.policies,
 	}, nil
 }
 
@@ -155,6 +161,8 @@ type external struct {
 	host      string // the host's address, for the records' cache
 	// importsAllowed: the config lets this resource import existing domains.
 	importsAllowed bool
+	// policies: spec.managementPolicies are honoured (see observeOnly).
+	policies bool
 }
 
 // target is what a KVMDomain manages, all derived from the resource (never from the
