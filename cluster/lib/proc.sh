@@ -13,11 +13,10 @@
 #                         flock or a test's pipe would hold it for as long as it runs. NAME is
 #                         added to $PIDS/order (stop_all).
 #   daemon NAME CMD...    CMD daemonizes itself and writes its PID into $PIDS/NAME.pid (libvirtd
-#                         --pid-file, sshd's PidFile, dnsmasq --pid-file): CMD holding no
+#                         --pid-file, sshd's PidFile, dnsmasq --pid-file), run holding no
 #                         descriptor of ours (all on /dev/null); once the file names a process
-#                         (10 s at most) its start time goes to $PIDS/NAME.start; status 0 if
-#                         it runs
-#                         (the daemon owns its pid file, and others read it as a bare PID)
+#                         (10 s at most) its start time goes to $PIDS/NAME.start (the pid file
+#                         is the daemon's, and others read it as a bare PID); status 0 if it runs
 #   alive NAME            the recorded process runs: there, not a zombie, the same start time
 #   pid_of NAME           its PID
 #   stop_one NAME [SECS]  SIGTERM to the process group it leads (to it alone if it leads none),
