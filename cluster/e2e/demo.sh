@@ -2,7 +2,7 @@
 # shellcheck source-path=SCRIPTDIR
 # demo.sh up|down|status -- make demo / make demo-down (see docs/e2e.md).
 #
-#   up      the processes of make e2e (lib.sh), then TestDemo (cluster/e2e/e2etest): the
+#   up      the processes of make e2e (lib.sh), then TestDemo (test/e2e): the
 #           installation and one Proxy demo/squid that caches its own image; it waits until the
 #           Proxy is Ready, prints how to use it and leaves everything running. Run again while
 #           the demo is up, it only checks the Proxy and prints the usage.

@@ -2,7 +2,7 @@
 # lib.sh -- the shell half of make e2e and make demo, sourced by cluster/e2e/run.sh and
 # cluster/e2e/demo.sh, never run: the PKI and the processes. Everything else (installing the
 # packages through the API, the Proxies, the checks, the timeline, the diagnostics, the image
-# server and the 204 origin) is the Go package cluster/e2e/e2etest (see docs/e2e.md).
+# server and the 204 origin) is the Go package test/e2e (see docs/e2e.md).
 #
 # TOPOLOGY says where it all runs: "lan", the default here and in the Go half (make e2e;
 # cluster/lan: netns node, two libvirt hosts host-a and host-b reached over SSH across the LAN,
@@ -78,7 +78,7 @@ IMAGE_PORT=${IMAGE_PORT:-18090}
 ORIGIN_PORT=${ORIGIN_PORT:-18204}
 REGISTRY=127.0.0.1:$REGISTRY_PORT
 LOG_TAG=${LOG_TAG:-e2e}
-# What the Go half reads (cluster/e2e/e2etest/main_test.go, loadConfig); VCPUS, MEM_MIB,
+# What the Go half reads (test/e2e/main_test.go, loadConfig); VCPUS, MEM_MIB,
 # GUEST_TIMEOUT, DELETE_TIMEOUT, SKIP_BASELINE and KEEP_ON_FAILURE pass through as they are.
 export E2E_WORK=$WORK E2E_IMAGE=$IMAGE E2E_REPO=$REPO E2E_OUT=$OUT CACHE_DIR PKG_TAG POLL LOG_TAG TOPOLOGY E2E_RUNTIME NODE_DIR \
 	PROVIDER_METRICS_PORT FN_PROXY_PORT FN_AUTOREADY_PORT REGISTRY_PORT IMAGE_PORT ORIGIN_PORT
@@ -94,7 +94,7 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
 k() { "$KUBECTL" "$@"; }
 
 # e2etest ARGS...: the Go half, in its package directory (as go test runs it).
-e2etest() { (cd "$E2E_LIB/e2etest" && "$E2E_TEST" "$@"); }
+e2etest() { (cd "$REPO/test/e2e" && "$E2E_TEST" "$@"); }
 
 # inside_netns: this process is inside the topology's network namespace (node or kvmhost).
 inside_netns() {
@@ -121,12 +121,16 @@ need_file() { [[ -s $1 ]] || die "missing $1 ($2)"; }
 # build_e2etest: the Go half's test binary (go test -c), from this checkout.
 build_e2etest() {
 	mkdir -p "$OUT"
-	(cd "$REPO" && go test -c -tags e2e -o "$E2E_TEST" ./cluster/e2e/e2etest) ||
-		die "go test -c -tags e2e ./cluster/e2e/e2etest failed"
-	# On the LAN the plain-virsh baseline is cluster/lan/lantest's guest on host-a's bridge.
+	(cd "$REPO" && go test -c -tags e2e -o "$E2E_TEST" ./test/e2e) ||
+		die "go test -c -tags e2e ./test/e2e failed"
+	# Its offline tests first (manifests render, every example still holds what the e2e
+	# replaces): a broken example fails here, not after the bring-up.
+	(cd "$REPO/test/e2e" && "$E2E_TEST" -test.count=1 -test.run '^(TestManifests|TestProxyExamples|TestTimelineTable)$') ||
+		die "the e2e's offline tests failed (above)"
+	# On the LAN the plain-virsh baseline is test/lan's guest on host-a's bridge.
 	if [[ $TOPOLOGY == lan ]]; then
-		(cd "$REPO" && go test -c -tags lan -o "$OUT/lan.test" ./cluster/lan/lantest) ||
-			die "go test -c -tags lan ./cluster/lan/lantest failed"
+		(cd "$REPO" && go test -c -tags lan -o "$OUT/lan.test" ./test/lan) ||
+			die "go test -c -tags lan ./test/lan failed"
 	fi
 }
 

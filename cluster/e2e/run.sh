@@ -8,7 +8,7 @@
 # This script starts and stops the processes (lib.sh: the PKI, etcd, kube-apiserver,
 # kube-controller-manager, the Crossplane core, both functions, the image server and the 204
 # origin, the provider, the loopback registry with the packages); the test itself is Go,
-# TestE2E in cluster/e2e/e2etest (built by the preflight with go test -c):
+# TestE2E in test/e2e (built by the preflight with go test -c):
 #   1. the installation through the API (functions, packages, the test bed as host);
 #   2. the baseline: the same guest booted with plain virsh (cluster/testbed/boot-check.sh);
 #   3. BaseImage team-a/debian-12 on host A, Proxy team-a/proxy-a on it, Proxy team-a/proxy-b
@@ -31,7 +31,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
-NAMESPACES=team-a,team-b
+NAMESPACES=team-a,team-b,team-c
 
 if [[ ${1:-} != __inner ]]; then
 	log "make e2e: preflight (binaries, packages, image, test bed; topology $TOPOLOGY)"

@@ -98,8 +98,8 @@ fi
 # start) with the sandbox image: cluster/node/pause in a one-layer image made by mkimage.
 if [[ ! -s $NODE_DIR/images/pause.tar || $HERE/pause/main.go -nt $NODE_DIR/images/pause.tar ]]; then
 	mkdir -p "$NODE_DIR/images"
-	(cd "$HERE/../.." && GOTOOLCHAIN=local go build -o "$NODE_DIR/images/mkimage" ./cluster/xpkg/mkimage &&
-		CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o "$NODE_DIR/images/pause" ./cluster/node/pause) ||
+	(cd "$HERE/../xpkg/mkimage" && GOTOOLCHAIN=local go build -o "$NODE_DIR/images/mkimage" . &&
+		cd "$HERE" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o "$NODE_DIR/images/pause" ./pause) ||
 		ndie "go build of cluster/xpkg/mkimage or cluster/node/pause failed"
 	"$NODE_DIR/images/mkimage" -binary "$NODE_DIR/images/pause" -path /pause -tag "$PAUSE_IMAGE" \
 		-o "$NODE_DIR/images/pause.tar.tmp"
@@ -287,7 +287,7 @@ fi
 # Service names for the pods (the Crossplane core dials its functions by their headless
 # Services' names): cluster/node/dns on UDP port 53 of netns node, reached at cni0's address.
 if [[ ! -x $NODE_DIR/images/dns || $HERE/dns/main.go -nt $NODE_DIR/images/dns ]]; then
-	(cd "$HERE/../.." && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o "$NODE_DIR/images/dns" ./cluster/node/dns) ||
+	(cd "$HERE" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o "$NODE_DIR/images/dns" ./dns) ||
 		ndie "go build of cluster/node/dns failed"
 fi
 if ! alive dns; then

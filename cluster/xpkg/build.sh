@@ -16,7 +16,7 @@
 #                    built by cluster/crossplane/build.sh)
 #   PROVIDER_BIN, FUNCTION_BIN
 #                    package these files instead of building cmd/provider and cmd/function
-#                    (internal/crossplanetests uses small stand-ins to stay fast)
+#                    (test/crossplane uses small stand-ins to stay fast)
 #   CA_BUNDLE        CA certificates copied into the provider's image, so that BaseImages can
 #                    be fetched over https (default /etc/ssl/certs/ca-certificates.crt; empty: none)
 #
@@ -53,7 +53,7 @@ trap 'rm -rf "$WORK"' EXIT
 
 log "version $VERSION; building binaries"
 mkdir -p "$WORK/bin"
-go build -o "$WORK/bin/mkimage" ./cluster/xpkg/mkimage
+(cd cluster/xpkg/mkimage && go build -o "$WORK/bin/mkimage" .) # a module of its own
 for cmd in provider function; do
 	prebuilt=${cmd^^}_BIN
 	if [[ -n ${!prebuilt:-} ]]; then

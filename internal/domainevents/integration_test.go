@@ -14,7 +14,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/testbed"
+	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 func virsh(t *testing.T, args ...string) {

@@ -1,4 +1,4 @@
-// Package faultpoint marks the steps between which the fault suite (internal/faulttests, make
+// Package faultpoint marks the steps between which the fault suite (test/faults, make
 // test-faults) kills the provider. Reach(name) is a no-op in every normal build; built with
 // the tag faults, a provider whose environment names the point in PKVM_FAULT_KILL_AT
 // ("name" for its first reach, "name#N" for its Nth) SIGKILLs itself there, so that the

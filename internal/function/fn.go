@@ -73,7 +73,7 @@ func New(log logging.Logger) *Function {
 // RunFunction composes a proxy.
 func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	// response.To shares req's desired state with the response; keep a copy to fall back on.
-	in := proto.Clone(req).(*fnv1.RunFunctionRequest) //nolint:forcetypeassert // Clone keeps the type.
+	in := proto.Clone(req).(*fnv1.RunFunctionRequest) // Clone keeps the type.
 	rsp := response.To(req, response.DefaultTTL)
 	if err := f.compose(req, rsp); err != nil {
 		f.log.Debug("cannot compose proxy", "tag", req.GetMeta().GetTag(), "error", err.Error())

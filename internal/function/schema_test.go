@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/utils/ptr"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/apiextensions/v2"
 )
@@ -61,7 +62,7 @@ func loadProxySchema(t *testing.T) proxySchema {
 			}},
 			Validation:            &apiextensions.CustomResourceValidation{OpenAPIV3Schema: props},
 			Subresources:          &apiextensions.CustomResourceSubresources{Status: &apiextensions.CustomResourceSubresourceStatus{}},
-			PreserveUnknownFields: ptrFalse(),
+			PreserveUnknownFields: ptr.To(false),
 		},
 		Status: apiextensions.CustomResourceDefinitionStatus{StoredVersions: []string{"v1alpha1"}},
 	}
@@ -82,8 +83,6 @@ func loadProxySchema(t *testing.T) proxySchema {
 	}
 	return proxySchema{structural: s, openAPI: v, cel: cel.NewValidator(s, true, celconfig.PerCallLimit)}
 }
-
-func ptrFalse() *bool { b := false; return &b }
 
 // admit defaults and validates a Proxy the way the API server would on create.
 func (s proxySchema) admit(obj map[string]any) field.ErrorList {

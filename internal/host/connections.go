@@ -141,7 +141,7 @@ type Connections struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 	// ctx ends with Close; it cancels dials in progress.
-	ctx    context.Context //nolint:containedctx // the pool's lifetime
+	ctx    context.Context
 	cancel context.CancelFunc
 }
 

@@ -10,11 +10,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/provider-kvm/provider-kvm/internal/testbed/hung"
+	"github.com/provider-kvm/provider-kvm/test/support/deadhost"
 )
 
 // hungConfig is an SSH Config for a hung host.
-func hungConfig(t testing.TB, h *hung.Host) Config {
+func hungConfig(t testing.TB, h *deadhost.Host) Config {
 	return Config{Host: h.Host, Port: h.Port, PrivateKey: testKey(t), InsecureSkipHostKeyVerification: true}
 }
 
@@ -61,9 +61,9 @@ func simulateReconciles(p *Connections, c Config, n int, window, reconcile, requ
 // ten workers gone. With it, the first attempt is shared (ten times the dial timeout), then
 // every call fails at once but the breaker's own attempts (one caller each).
 func TestDeadHostWorkerLoad(t *testing.T) {
-	for _, how := range []string{hung.HangAccepted, hung.HangSYN} {
+	for _, how := range []string{deadhost.HangAccepted, deadhost.HangSYN} {
 		t.Run(how, func(t *testing.T) {
-			h := hung.New(t, how)
+			h := deadhost.New(t, how)
 			const dial = time.Second
 			p := NewConnections(WithDialTimeout(dial), WithBreaker(2*time.Second, time.Minute))
 			defer p.Close()
@@ -88,7 +88,7 @@ func TestDeadHostWorkerLoad(t *testing.T) {
 // once with a *HostDownError that names the host and the last error, and that one caller, and
 // only one, makes the next attempt once the backoff has passed.
 func TestBreakerFailsFastAndSaysWhy(t *testing.T) {
-	h := hung.New(t, hung.HangAccepted)
+	h := deadhost.New(t, deadhost.HangAccepted)
 	p := NewConnections(WithDialTimeout(300*time.Millisecond), WithBreaker(time.Second, time.Minute))
 	defer p.Close()
 	c := hungConfig(t, h)
@@ -169,7 +169,7 @@ func TestBackoff(t *testing.T) {
 // side: ten callers of a blackholed host and one of a second one all see their own host's
 // attempt end after one dial timeout, not one after the other.
 func TestDialsOfHostsDoNotWaitForEachOther(t *testing.T) {
-	a, b := hung.New(t, hung.HangSYN), hung.New(t, hung.HangAccepted)
+	a, b := deadhost.New(t, deadhost.HangSYN), deadhost.New(t, deadhost.HangAccepted)
 	const dial = 500 * time.Millisecond
 	p := NewConnections(WithDialTimeout(dial))
 	defer p.Close()
@@ -204,7 +204,7 @@ func TestDeadHostWorkerLoadUnscaled(t *testing.T) {
 	if os.Getenv("PKVM_MEASURE") == "" {
 		t.Skip("a two-minute measurement: set PKVM_MEASURE=1 to run it")
 	}
-	h := hung.New(t, hung.HangSYN)
+	h := deadhost.New(t, deadhost.HangSYN)
 	p := NewConnections()
 	defer p.Close()
 	const window = 2 * time.Minute

@@ -131,12 +131,6 @@ func (tb *testbed) sshConns(t testing.TB) int {
 	return n
 }
 
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func listDomains(ctx context.Context, c *Conn) ([]libvirt.Domain, error) {
 	var doms []libvirt.Domain
 	err := c.Do(ctx, func(l *libvirt.Libvirt) error {
@@ -173,7 +167,8 @@ func newPool(t testing.TB, opts ...Option) *Connections {
 func TestIntegrationListDomainsAndPools(t *testing.T) {
 	tb := requireTestbed(t)
 	p := newPool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 	c, err := p.Get(ctx, tb.config(t, "TESTBED_SSH_KEY"))
 	if err != nil {
 		t.Fatalf("Get: %v", err)
@@ -215,11 +210,13 @@ func TestIntegrationKeyTypes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := tb.config(t, tc.keyVar)
 			cfg.Passphrase = []byte(tc.pass)
-			c, err := p.Get(ctxT(t, 30*time.Second), cfg)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			c, err := p.Get(ctx, cfg)
 			if err != nil {
 				t.Fatalf("Get: %v", err)
 			}
-			mustVersion(t, ctxT(t, 30*time.Second), c)
+			mustVersion(t, ctx, c)
 		})
 	}
 	if p.Len() != len(cases) {
@@ -270,7 +267,9 @@ func TestIntegrationRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := tb.config(t, "TESTBED_SSH_KEY")
 			tc.mod(&cfg)
-			_, err := p.Get(ctxT(t, 30*time.Second), cfg)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			_, err := p.Get(ctx, cfg)
 			if err == nil {
 				t.Fatal("Get: want error")
 			}
@@ -295,7 +294,9 @@ func TestIntegrationReconnect(t *testing.T) {
 	tb := requireTestbed(t)
 	var opened atomic.Int32
 	p := newPool(t, WithOnOpen(func(OpenInfo) { opened.Add(1) }))
-	c, err := p.Get(ctxT(t, 30*time.Second), tb.config(t, "TESTBED_SSH_KEY"))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, err := p.Get(ctx, tb.config(t, "TESTBED_SSH_KEY"))
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
@@ -310,10 +311,12 @@ func TestIntegrationReconnect(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			mustVersion(t, ctxT(t, 30*time.Second), c)
+			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second) // two calls and the fault
+			defer cancel()
+			mustVersion(t, ctx, c)
 			tb.run(t, s.ctl)
 			time.Sleep(200 * time.Millisecond)
-			if _, err := listDomains(ctxT(t, 30*time.Second), c); err != nil {
+			if _, err := listDomains(ctx, c); err != nil {
 				t.Fatalf("first call after %s: %v", s.ctl, err)
 			}
 			if got := opened.Load(); got != s.wantOpened {
@@ -334,7 +337,8 @@ func TestIntegrationSharedConnection(t *testing.T) {
 	errs := make(chan error, callers)
 	for range callers {
 		wg.Go(func() {
-			ctx := ctxT(t, 60*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
 			c, err := p.Get(ctx, cfg)
 			if err != nil {
 				errs <- err
@@ -360,11 +364,13 @@ func TestIntegrationSharedConnection(t *testing.T) {
 		t.Errorf("SSH opens = %d, want 1", got)
 	}
 	// A changed secret gives a new connection.
-	c2, err := p.Get(ctxT(t, 30*time.Second), tb.config(t, "TESTBED_SSH_KEY_ECDSA"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c2, err := p.Get(ctx, tb.config(t, "TESTBED_SSH_KEY_ECDSA"))
 	if err != nil {
 		t.Fatalf("Get with other key: %v", err)
 	}
-	mustVersion(t, ctxT(t, 30*time.Second), c2)
+	mustVersion(t, ctx, c2)
 	if got := tb.sshConns(t) - before; got != 2 {
 		t.Errorf("established SSH connections after key change = %d, want 2", got)
 	}
@@ -389,12 +395,14 @@ func TestIntegrationDialFromHost(t *testing.T) {
 		}
 	}()
 	p := newPool(t)
-	c, err := p.Get(ctxT(t, 30*time.Second), tb.config(t, "TESTBED_SSH_KEY"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, err := p.Get(ctx, tb.config(t, "TESTBED_SSH_KEY"))
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
 	before := tb.sshConns(t)
-	nc, err := c.DialContext(ctxT(t, 10*time.Second), "tcp", ln.Addr().String())
+	nc, err := c.DialContext(ctx, "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatalf("DialContext: %v", err)
 	}
@@ -406,7 +414,7 @@ func TestIntegrationDialFromHost(t *testing.T) {
 	if got := tb.sshConns(t) - before; got != 0 {
 		t.Errorf("DialContext opened %d new SSH connections, want 0 (it rides the pooled one)", got)
 	}
-	_, err = c.DialContext(ctxT(t, 10*time.Second), "tcp", "127.0.0.1:1")
+	_, err = c.DialContext(ctx, "tcp", "127.0.0.1:1")
 	if err == nil || !strings.Contains(err.Error(), "cannot dial tcp 127.0.0.1:1 from libvirt host") {
 		t.Errorf("DialContext to closed port: %v", err)
 	}
@@ -420,7 +428,9 @@ func TestIntegrationInsecureOnOpen(t *testing.T) {
 	cfg := tb.config(t, "TESTBED_SSH_KEY")
 	cfg.KnownHosts = nil
 	cfg.InsecureSkipHostKeyVerification = true
-	ctx := ContextWithOnOpen(ctxT(t, 30*time.Second), func(i OpenInfo) { mu.Lock(); ctxInfos = append(ctxInfos, i); mu.Unlock() })
+	tctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ctx := ContextWithOnOpen(tctx, func(i OpenInfo) { mu.Lock(); ctxInfos = append(ctxInfos, i); mu.Unlock() })
 	c, err := p.Get(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Get: %v", err)
@@ -447,11 +457,13 @@ func TestIntegrationIdleClose(t *testing.T) {
 	before := tb.sshConns(t)
 	var opened atomic.Int32
 	p := newPool(t, WithIdleTimeout(300*time.Millisecond), WithOnOpen(func(OpenInfo) { opened.Add(1) }))
-	c, err := p.Get(ctxT(t, 30*time.Second), tb.config(t, "TESTBED_SSH_KEY"))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c, err := p.Get(ctx, tb.config(t, "TESTBED_SSH_KEY"))
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
-	mustVersion(t, ctxT(t, 30*time.Second), c)
+	mustVersion(t, ctx, c)
 	if got := tb.sshConns(t) - before; got != 1 {
 		t.Errorf("open SSH connections = %d, want 1", got)
 	}
@@ -462,7 +474,7 @@ func TestIntegrationIdleClose(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	mustVersion(t, ctxT(t, 30*time.Second), c) // the handle reopens
+	mustVersion(t, ctx, c) // the handle reopens
 	if got := opened.Load(); got != 2 {
 		t.Errorf("SSH opens = %d, want 2", got)
 	}
@@ -475,7 +487,9 @@ func TestIntegrationCallDeadline(t *testing.T) {
 	tb := requireTestbed(t)
 	var opened atomic.Int32
 	p := newPool(t, WithOnOpen(func(OpenInfo) { opened.Add(1) }))
-	c, err := p.Get(ctxT(t, 30*time.Second), tb.config(t, "TESTBED_SSH_KEY"))
+	getCtx, cancelGet := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancelGet()
+	c, err := p.Get(getCtx, tb.config(t, "TESTBED_SSH_KEY"))
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
@@ -491,7 +505,10 @@ func TestIntegrationCallDeadline(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := libVersion(ctxT(t, 10*time.Second), c); err != nil {
+				cctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				_, err := libVersion(cctx, c)
+				cancel()
+				if err != nil {
 					failed.Add(1)
 					t.Errorf("another caller's call: %v", err)
 				}
@@ -547,10 +564,12 @@ func TestIntegrationBreakerRecovers(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "libvirt-sock")
 	p := newPool(t, WithBreaker(500*time.Millisecond, time.Second))
 	cfg := Config{Transport: TransportUnix, Socket: sock}
-	if _, err := p.Get(ctxT(t, 10*time.Second), cfg); err == nil {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := p.Get(ctx, cfg); err == nil {
 		t.Fatal("Get before the socket exists: want an error")
 	}
-	if _, err := p.Get(ctxT(t, 10*time.Second), cfg); !IsHostDown(err) {
+	if _, err := p.Get(ctx, cfg); !IsHostDown(err) {
 		t.Fatalf("second Get: %v, want a *HostDownError", err)
 	}
 	if err := os.Symlink(tb.socket, sock); err != nil {
@@ -558,9 +577,9 @@ func TestIntegrationBreakerRecovers(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		c, err := p.Get(ctxT(t, 10*time.Second), cfg)
+		c, err := p.Get(ctx, cfg)
 		if err == nil {
-			mustVersion(t, ctxT(t, 10*time.Second), c)
+			mustVersion(t, ctx, c)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -573,20 +592,22 @@ func TestIntegrationBreakerRecovers(t *testing.T) {
 func TestIntegrationUnixAndTestDriver(t *testing.T) {
 	tb := requireTestbed(t)
 	p := newPool(t)
-	c, err := p.Get(ctxT(t, 30*time.Second), Config{Transport: TransportUnix, Socket: tb.socket})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c, err := p.Get(ctx, Config{Transport: TransportUnix, Socket: tb.socket})
 	if err != nil {
 		t.Fatalf("Get Unix: %v", err)
 	}
-	if _, err := listDomains(ctxT(t, 30*time.Second), c); err != nil {
+	if _, err := listDomains(ctx, c); err != nil {
 		t.Fatalf("Unix ConnectListAllDomains: %v", err)
 	}
 	cfg := tb.config(t, "TESTBED_SSH_KEY")
 	cfg.URI = "test:///default"
-	c, err = p.Get(ctxT(t, 30*time.Second), cfg)
+	c, err = p.Get(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Get test:///default over SSH: %v", err)
 	}
-	doms, err := listDomains(ctxT(t, 30*time.Second), c)
+	doms, err := listDomains(ctx, c)
 	if err != nil || len(doms) == 0 {
 		t.Fatalf("test:///default domains %v, %v (want the driver's 'test' domain)", doms, err)
 	}

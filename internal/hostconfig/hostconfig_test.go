@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
@@ -25,13 +26,15 @@ const (
 	knownHosts = "[10.0.0.5]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPin"
 )
 
+func notFound(name string) error { return kerrors.NewNotFound(schema.GroupResource{}, name) }
+
 // objects is a tiny in-memory store for a MockClient's Get.
 type objects map[client.ObjectKey]client.Object
 
 func (o objects) get(_ context.Context, key client.ObjectKey, obj client.Object) error {
 	src, ok := o[key]
 	if !ok {
-		return kerrors.NewNotFound(schema.GroupResource{}, key.Name)
+		return notFound(key.Name)
 	}
 	switch dst := obj.(type) {
 	case *v1alpha1.ProviderConfig:
@@ -104,7 +107,7 @@ func TestResolve(t *testing.T) {
 		store   objects
 		mg      *v1alpha1.KVMDomain
 		want    *Resolved
-		wantErr string
+		wantErr error
 	}{
 		"ClusterProviderConfig": {
 			store: objects{
@@ -137,7 +140,7 @@ func TestResolve(t *testing.T) {
 				{Namespace: "crossplane-system", Name: "ssh"}: secret("crossplane-system", "ssh", allKeys),
 			},
 			mg:      domain("ProviderConfig", "local"),
-			wantErr: "cannot read the SSH private key: cannot get Secret team-a/ssh",
+			wantErr: errors.Wrap(errors.Wrapf(notFound("ssh"), errGetSecret, "team-a", "ssh"), errReadKey),
 		},
 		"Insecure": {
 			store: objects{
@@ -157,7 +160,7 @@ func TestResolve(t *testing.T) {
 				{Namespace: "crossplane-system", Name: "ssh"}: secret("crossplane-system", "ssh", allKeys),
 			},
 			mg:      domain("ClusterProviderConfig", "host-1"),
-			wantErr: "ClusterProviderConfig/host-1 has transport SSH but neither knownHosts nor insecureSkipHostKeyVerification",
+			wantErr: errors.Errorf(errNoKnownHosts, "ClusterProviderConfig/host-1"),
 		},
 		"UnixNeedsNoSecrets": {
 			store: objects{{Name: "host-1"}: unix},
@@ -171,41 +174,38 @@ func TestResolve(t *testing.T) {
 				{Namespace: "crossplane-system", Name: "ssh"}: secret("crossplane-system", "ssh", map[string]string{"key": privateKey}),
 			},
 			mg:      domain("ClusterProviderConfig", "host-1"),
-			wantErr: `cannot read the SSH key passphrase: Secret crossplane-system/ssh has no key "pass"`,
+			wantErr: errors.Wrap(errors.Errorf(errNoSecretKey, "crossplane-system", "ssh", "pass"), errReadPassphrase),
 		},
 		"MissingConfig": {
 			store:   objects{},
 			mg:      domain("ClusterProviderConfig", "nope"),
-			wantErr: "cannot get ClusterProviderConfig nope",
+			wantErr: errors.Wrapf(notFound("nope"), errGetCPC, "nope"),
 		},
 		"UnknownKind": {
 			store:   objects{},
 			mg:      domain("Elsewhere", "x"),
-			wantErr: `unsupported providerConfigRef kind "Elsewhere"`,
+			wantErr: errors.Errorf(errUnknownKind, "Elsewhere"),
 		},
 		"NoRef": {
 			store:   objects{},
 			mg:      domain("", ""),
-			wantErr: errNoRef,
+			wantErr: errors.New(errNoRef),
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			c := &test.MockClient{MockGet: tc.store.get}
 			got, err := Resolve(context.Background(), c, tc.mg)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("Resolve(): want error containing %q, got %v", tc.wantErr, err)
-				}
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Fatalf("Resolve(): -want error, +got error:\n%s", diff)
+			}
+			if err != nil {
 				for _, s := range []string{privateKey, passphrase} {
 					if strings.Contains(err.Error(), s) {
 						t.Fatalf("Resolve(): error leaks a secret: %v", err)
 					}
 				}
 				return
-			}
-			if err != nil {
-				t.Fatalf("Resolve(): %v", err)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Resolve(): -want, +got:\n%s", diff)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	testbedenv "github.com/provider-kvm/provider-kvm/internal/testbed"
+	testbedenv "github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // testbed is the real libvirt host of cluster/testbed/up.sh.
@@ -21,7 +21,7 @@ type testbed struct {
 	conn *host.Conn
 }
 
-// requireTestbed connects to the test bed (see internal/testbed): skipped loudly without it,
+// requireTestbed connects to the test bed (see test/support/testbed): skipped loudly without it,
 // failed instead when CI is set.
 func requireTestbed(t testing.TB) *testbed {
 	t.Helper()

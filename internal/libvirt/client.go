@@ -354,7 +354,7 @@ func (c *Client) RefreshPool(ctx context.Context, pool string) error {
 // ctxReader fails reads once ctx has ended, which makes go-libvirt abort
 // the stream.
 type ctxReader struct {
-	ctx context.Context //nolint:containedctx // bounds one stream
+	ctx context.Context // bounds one stream
 	r   io.Reader
 }
 

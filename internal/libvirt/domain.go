@@ -151,7 +151,7 @@ func (c *Client) withKnownDomain(ctx context.Context, name string, fn func(l rpc
 	key := c.handleKey(name)
 	return c.do(ctx, func(l rpc) error {
 		if h, ok := domainHandles.Load(key); ok {
-			err := fn(l, h.(golibvirt.Domain)) //nolint:forcetypeassert // only Domains are stored
+			err := fn(l, h.(golibvirt.Domain)) // only Domains are stored
 			if !IsNotFound(err) {
 				return err
 			}

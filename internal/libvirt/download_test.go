@@ -13,7 +13,8 @@ import (
 func TestIntegrationDownloadRepeatedly(t *testing.T) {
 	tb := requireTestbed(t)
 	c := tb.client()
-	ctx := ctxT(t, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
 	name := uniqueName("repeat") + ".meta"
 	mustCreate(t, ctx, c, tb.pool, VolumeSpec{Name: name, Format: FormatRaw, CapacityBytes: 500})
 	data := bytes.Repeat([]byte("0123456789"), 50)

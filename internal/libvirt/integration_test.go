@@ -31,7 +31,8 @@ func mustCreate(t *testing.T, ctx context.Context, c *Client, pool string, s Vol
 func TestIntegrationVolumeLifecycle(t *testing.T) {
 	tb := requireTestbed(t)
 	c := tb.client()
-	ctx := ctxT(t, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 
 	p, err := c.Pool(ctx, tb.pool)
 	if err != nil {
@@ -122,7 +123,8 @@ func TestIntegrationVolumeLifecycle(t *testing.T) {
 func TestIntegrationUploadCancel(t *testing.T) {
 	tb := requireTestbed(t)
 	c := tb.client()
-	ctx := ctxT(t, time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	name := uniqueName("cancel") + ".img"
 	mustCreate(t, ctx, c, tb.pool, VolumeSpec{Name: name, Format: FormatRaw})
 
@@ -135,9 +137,9 @@ func TestIntegrationUploadCancel(t *testing.T) {
 			}
 		}
 	}()
-	uctx, cancel := context.WithCancel(ctx)
+	uctx, cancelUpload := context.WithCancel(ctx)
 	time.AfterFunc(500*time.Millisecond, func() {
-		cancel()
+		cancelUpload()
 		_ = pw.CloseWithError(context.Canceled) // the source notices too, as an HTTP body would
 	})
 	err := c.Upload(uctx, tb.pool, name, pr, 0)
@@ -156,7 +158,8 @@ func TestIntegrationUploadCancel(t *testing.T) {
 func TestIntegrationBusyPool(t *testing.T) {
 	tb := requireTestbed(t)
 	c := tb.client()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 
 	up := uniqueName("busy-up") + ".img"
 	mustCreate(t, ctx, c, tb.pool, VolumeSpec{Name: up, Format: FormatRaw})

@@ -33,7 +33,8 @@ func TestIntegrationUploadOnItsOwnConnection(t *testing.T) {
 	tb := requireTestbed(t)
 	var opened atomic.Int32
 	c := New(tb.conn, WithSocket(tb.client().socket), withCounters(func(context.Context, string) {}, func(string) { opened.Add(1) }))
-	ctx := ctxT(t, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	name := uniqueName("ownconn") + ".img"
 	const size = 8 << 20
 	mustCreate(t, ctx, c, tb.pool, VolumeSpec{Name: name, Format: FormatRaw, CapacityBytes: size})
@@ -65,8 +66,8 @@ func TestIntegrationUploadOnItsOwnConnection(t *testing.T) {
 			}
 		})
 	}
-	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
+	sctx, cancelStuck := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelStuck()
 	err := tb.conn.Do(sctx, func(l *golibvirt.Libvirt) error {
 		_, err := l.ConnectGetLibVersion()
 		time.Sleep(time.Second)

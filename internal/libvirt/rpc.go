@@ -20,7 +20,7 @@ const errNotSent = "libvirt call %s not sent: the context has ended"
 // call's context carries.
 type rpc struct {
 	l     *golibvirt.Libvirt
-	ctx   context.Context //nolint:containedctx // carries the kind label of one call
+	ctx   context.Context // carries the kind label of one call
 	count func(ctx context.Context, op string)
 }
 

@@ -1,7 +1,6 @@
 package libvirt
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
@@ -10,7 +9,7 @@ import (
 	"time"
 
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	testbedenv "github.com/provider-kvm/provider-kvm/internal/testbed"
+	testbedenv "github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // testbed is the real libvirt host of cluster/testbed/up.sh.
@@ -20,19 +19,13 @@ type testbed struct {
 	conn *host.Conn
 }
 
-// requireTestbed connects to the test bed (see internal/testbed): skipped loudly without it,
+// requireTestbed connects to the test bed (see test/support/testbed): skipped loudly without it,
 // failed instead when CI is set.
 func requireTestbed(t testing.TB) *testbed {
 	t.Helper()
 	env := testbedenv.Require(t)
 	conn := env.Connect(t, host.WithDialTimeout(10*time.Second), host.WithKeepAlive(2*time.Second))
 	return &testbed{pool: env.Pool, ctl: env.Ctl, conn: conn}
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // uniqueName returns a volume name no other test run uses.

@@ -14,7 +14,8 @@ import (
 func TestIntegrationUndefineWithSnapshotMetadata(t *testing.T) {
 	tb := requireTestbed(t)
 	c := tb.client()
-	ctx := ctxT(t, time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	name := uniqueName("undef")
 	xml := "<domain type='qemu'><name>" + name + "</name><memory unit='MiB'>32</memory>" +
 		"<os><type arch='x86_64'>hvm</type></os></domain>"

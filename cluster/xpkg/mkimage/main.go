@@ -16,6 +16,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,8 +25,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -56,7 +55,7 @@ func (f fileFlags) String() string { return fmt.Sprint(map[string]string(f)) }
 func (f fileFlags) Set(v string) error {
 	src, dst, ok := strings.Cut(v, "=")
 	if !ok || src == "" || !path.IsAbs(dst) {
-		return errors.Errorf("want SRC=/absolute/destination, got %q", v)
+		return fmt.Errorf("want SRC=/absolute/destination, got %q", v)
 	}
 	f[dst] = src
 	return nil
@@ -79,13 +78,13 @@ func run(args []string) error {
 	files := map[string]File{}
 	data, err := os.ReadFile(*bin)
 	if err != nil {
-		return errors.Wrap(err, "cannot read the binary")
+		return fmt.Errorf("cannot read the binary: %w", err)
 	}
 	files[*at] = File{Data: data, Mode: 0o755}
 	for dst, src := range extra {
 		b, err := os.ReadFile(src) //nolint:gosec // G304: the build script names the files to embed
 		if err != nil {
-			return errors.Wrapf(err, "cannot read extra file %s", src)
+			return fmt.Errorf("cannot read extra file %s: %w", src, err)
 		}
 		files[dst] = File{Data: b, Mode: 0o644}
 	}
@@ -95,10 +94,10 @@ func run(args []string) error {
 	}
 	ref, err := name.NewTag(*tag)
 	if err != nil {
-		return errors.Wrap(err, "invalid -tag")
+		return fmt.Errorf("invalid -tag: %w", err)
 	}
 	if err := tarball.WriteToFile(*out, ref, img); err != nil {
-		return errors.Wrapf(err, "cannot write %s", *out)
+		return fmt.Errorf("cannot write %s: %w", *out, err)
 	}
 	return nil
 }
@@ -113,28 +112,28 @@ type File struct {
 // and /tmp, whose entrypoint is entrypoint, running as User.
 func Image(files map[string]File, entrypoint string) (v1.Image, error) {
 	if _, ok := files[entrypoint]; !ok {
-		return nil, errors.Errorf("the entrypoint %s is not one of the image's files", entrypoint)
+		return nil, fmt.Errorf("the entrypoint %s is not one of the image's files", entrypoint)
 	}
 	layerData, err := layerTar(files)
 	if err != nil {
-		return nil, errors.Wrap(err, "cannot write the layer")
+		return nil, fmt.Errorf("cannot write the layer: %w", err)
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerData)), nil
 	})
 	if err != nil {
-		return nil, errors.Wrap(err, "cannot make the layer")
+		return nil, fmt.Errorf("cannot make the layer: %w", err)
 	}
 	img, err := mutate.Append(empty.Image, mutate.Addendum{
 		Layer:   layer,
 		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "mkimage"},
 	})
 	if err != nil {
-		return nil, errors.Wrap(err, "cannot append the layer")
+		return nil, fmt.Errorf("cannot append the layer: %w", err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return nil, errors.Wrap(err, "cannot read the image config")
+		return nil, fmt.Errorf("cannot read the image config: %w", err)
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", "amd64"
@@ -144,7 +143,7 @@ func Image(files map[string]File, entrypoint string) (v1.Image, error) {
 	cf.Config.WorkingDir = "/"
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
-		return nil, errors.Wrap(err, "cannot set the image config")
+		return nil, fmt.Errorf("cannot set the image config: %w", err)
 	}
 	return img, nil
 }
@@ -156,7 +155,7 @@ func layerTar(files map[string]File) ([]byte, error) {
 	paths := make([]string, 0, len(files))
 	for p := range files {
 		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
-			return nil, errors.Errorf("%q is not a clean absolute file path", p)
+			return nil, fmt.Errorf("%q is not a clean absolute file path", p)
 		}
 		paths = append(paths, p)
 		for d := path.Dir(p); d != "/"; d = path.Dir(d) {
@@ -177,17 +176,17 @@ func layerTar(files map[string]File) ([]byte, error) {
 	for _, d := range dirNames {
 		h := &tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: dirs[d], ModTime: epoch}
 		if err := tw.WriteHeader(h); err != nil {
-			return nil, errors.Wrapf(err, "directory %s", d)
+			return nil, fmt.Errorf("directory %s: %w", d, err)
 		}
 	}
 	for _, p := range paths {
 		f := files[p]
 		h := &tar.Header{Typeflag: tar.TypeReg, Name: p[1:], Mode: f.Mode, Size: int64(len(f.Data)), ModTime: epoch}
 		if err := tw.WriteHeader(h); err != nil {
-			return nil, errors.Wrapf(err, "file %s", p)
+			return nil, fmt.Errorf("file %s: %w", p, err)
 		}
 		if _, err := tw.Write(f.Data); err != nil {
-			return nil, errors.Wrapf(err, "file %s", p)
+			return nil, fmt.Errorf("file %s: %w", p, err)
 		}
 	}
 	if err := tw.Close(); err != nil {

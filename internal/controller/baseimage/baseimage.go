@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -455,7 +456,7 @@ func (e *external) published(cr *v1alpha1.BaseImage, pool string, src imagecache
 	at := &cr.Status.AtProvider
 	if at.VolumeName != "" && (at.VolumeName != img.Volume || at.Pool != pool) {
 		old := at.Pool + "/" + at.VolumeName
-		if !contains(at.RetainedVolumes, old) {
+		if !slices.Contains(at.RetainedVolumes, old) {
 			at.RetainedVolumes = append(at.RetainedVolumes, old)
 		}
 	}
@@ -601,12 +602,3 @@ func (e *external) sweep(ctx context.Context, cr *v1alpha1.BaseImage, pool strin
 }
 
 func (e *external) Disconnect(context.Context) error { return nil }
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}

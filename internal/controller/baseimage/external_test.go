@@ -2,7 +2,6 @@ package baseimage
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
@@ -131,41 +132,34 @@ func newExternal(c Cache) *external {
 // result is what the Observe tests compare.
 type result struct {
 	Obs      managed.ExternalObservation
-	Err      string
 	Ready    string // Ready condition reason
 	Volume   string // status.atProvider.volumeName
 	Retained []string
 	Upload   bool
 }
 
-func observe(t *testing.T, e *external, cr *v1alpha1.BaseImage, errSub string) result {
-	t.Helper()
+// observe runs Observe and returns what the tests compare and its error.
+func observe(e *external, cr *v1alpha1.BaseImage) (result, error) {
 	o, err := e.Observe(context.Background(), cr)
 	r := result{Obs: o, Ready: string(cr.GetCondition(xpv2.TypeReady).Reason), Volume: cr.Status.AtProvider.VolumeName,
 		Retained: cr.Status.AtProvider.RetainedVolumes, Upload: cr.Status.AtProvider.Upload != nil}
-	if err != nil {
-		r.Err = err.Error()
-		if errSub != "" && strings.Contains(r.Err, errSub) {
-			r.Err = errSub
-		}
-	}
-	return r
+	return r, err
 }
 
 func TestObserve(t *testing.T) {
 	cases := map[string]struct {
-		reason string
-		cr     *v1alpha1.BaseImage
-		cache  func(t *testing.T) *fakeCache
-		job    func(e *external) // a job to have started before Observe
-		errSub string
-		want   result
+		reason  string
+		cr      *v1alpha1.BaseImage
+		cache   func(t *testing.T) *fakeCache
+		job     func(e *external) // a job to have started before Observe
+		wantErr error             // compared with test.EquateErrors
+		want    result
 	}{
 		"ForeignExternalName": {
-			reason: "an external name of another volume is refused before the host is asked",
-			cr:     image(func(b *v1alpha1.BaseImage) { meta.SetExternalName(b, "team-b_x-12345678.seed.iso") }),
-			cache:  func(t *testing.T) *fakeCache { return &fakeCache{t: t} },
-			errSub: "is not the name of this BaseImage's volume", want: result{Err: "is not the name of this BaseImage's volume"},
+			reason:  "an external name of another volume is refused before the host is asked",
+			cr:      image(func(b *v1alpha1.BaseImage) { meta.SetExternalName(b, "team-b_x-12345678.seed.iso") }),
+			cache:   func(t *testing.T) *fakeCache { return &fakeCache{t: t} },
+			wantErr: errors.Errorf(errExtName, "team-b_x-12345678.seed.iso", volume, volume),
 		},
 		"Absent": {
 			reason: "nothing on the host and no job: Create publishes",
@@ -264,7 +258,7 @@ func TestObserve(t *testing.T) {
 				})
 				<-j.done
 			},
-			errSub: errOtherOwner, want: result{Err: errOtherOwner, Ready: string(xpv2.ReasonUnavailable)},
+			wantErr: errors.Wrap(&imagecache.OwnedByOtherError{Volume: volume}, errOtherOwner), want: result{Ready: string(xpv2.ReasonUnavailable)},
 		},
 		"LookupFails": {
 			reason: "a failed lookup is an error",
@@ -272,7 +266,7 @@ func TestObserve(t *testing.T) {
 			cache: func(t *testing.T) *fakeCache {
 				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) { return imagecache.Image{}, errBoom }}
 			},
-			errSub: errLookup, want: result{Err: errLookup},
+			wantErr: errors.Wrap(errBoom, errLookup),
 		},
 		"UploadRunning": {
 			reason: "a running upload shows progress and is up to date",
@@ -321,7 +315,8 @@ func TestObserve(t *testing.T) {
 				})
 				<-j.done
 			},
-			want: result{Err: "cannot publish the image; it is tried again 10s after this attempt failed (failed attempts in a row: 1): boom", Ready: string(xpv2.Unavailable().Reason)},
+			wantErr: errors.Wrapf(errBoom, errRetryLater, 10*time.Second, 1),
+			want:    result{Ready: string(xpv2.Unavailable().Reason)},
 		},
 		"RetryableFailureRetried": {
 			reason: "a failed upload worth retrying starts again once its backoff has passed",
@@ -380,7 +375,7 @@ func TestObserve(t *testing.T) {
 			cache: func(t *testing.T) *fakeCache {
 				return &fakeCache{t: t, owned: func(string) ([]imagecache.Image, error) { return nil, errBoom }}
 			},
-			errSub: errOwned, want: result{Err: errOwned},
+			wantErr: errors.Wrap(errBoom, errOwned),
 		},
 	}
 	for name, tc := range cases {
@@ -389,7 +384,10 @@ func TestObserve(t *testing.T) {
 			if tc.job != nil {
 				tc.job(e)
 			}
-			got := observe(t, e, tc.cr, tc.errSub)
+			got, err := observe(e, tc.cr)
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nObserve(): -want error, +got error:\n%s", tc.reason, diff)
+			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
 			}
@@ -459,7 +457,7 @@ func TestUpdate(t *testing.T) {
 		reason   string
 		retained []string
 		remove   func(pool, volume string) (imagecache.Removal, error)
-		wantErr  string
+		wantErr  error
 		wantKeep []string
 		wantGone []string
 	}{
@@ -478,7 +476,7 @@ func TestUpdate(t *testing.T) {
 		},
 		"Fails": {
 			reason: "a failed removal is an error", retained: []string{"default/a"},
-			remove: removes(errBoom), wantErr: "cannot remove volume default/a",
+			remove: removes(errBoom), wantErr: errors.Wrapf(errBoom, errRemove, "default/a"),
 			wantKeep: []string{"default/a"},
 		},
 	}
@@ -487,14 +485,10 @@ func TestUpdate(t *testing.T) {
 			c := &fakeCache{t: t, remove: tc.remove}
 			cr := image(retaining(tc.retained...))
 			_, err := newExternal(c).Update(context.Background(), cr)
-			gotErr := ""
-			if err != nil {
-				gotErr = tc.wantErr
-				if !strings.Contains(err.Error(), tc.wantErr) {
-					gotErr = err.Error()
-				}
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nUpdate(): -want error, +got error:\n%s", tc.reason, diff)
 			}
-			if diff := cmp.Diff([]any{tc.wantErr, tc.wantKeep, tc.wantGone}, []any{gotErr, cr.Status.AtProvider.RetainedVolumes, c.removed}); diff != "" {
+			if diff := cmp.Diff([]any{tc.wantKeep, tc.wantGone}, []any{cr.Status.AtProvider.RetainedVolumes, c.removed}); diff != "" {
 				t.Errorf("%s\nUpdate(): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
@@ -507,7 +501,7 @@ func TestDelete(t *testing.T) {
 		retained []string
 		owned    []imagecache.Image
 		remove   func(pool, volume string) (imagecache.Removal, error)
-		wantErr  string
+		wantErr  error
 		wantGone []string
 	}{
 		"OwnedAndRetained": {
@@ -517,12 +511,12 @@ func TestDelete(t *testing.T) {
 		"Held": {
 			reason: "deletion is held while an overlay uses the image", owned: []imagecache.Image{published()},
 			remove:  removes(&imagecache.InUseError{Volume: volume, Users: []string{"ns_vm"}}),
-			wantErr: "deletion is held: volume " + volume + " in pool  is in use by ns_vm",
+			wantErr: errors.Errorf(errHeld, (&imagecache.InUseError{Volume: volume, Users: []string{"ns_vm"}}).Error()),
 		},
 		"HeldUnsure": {
 			reason: "deletion is held while an overlay cannot be ruled out", owned: []imagecache.Image{published()},
 			remove:  removes(&imagecache.InUseError{Volume: volume, Doubts: []string{"pool cold is inactive"}}),
-			wantErr: "cannot rule out that an overlay backs onto it: pool cold is inactive",
+			wantErr: errors.Errorf(errHeld, (&imagecache.InUseError{Volume: volume, Doubts: []string{"pool cold is inactive"}}).Error()),
 		},
 		"SharedKept": {
 			reason: "a volume other BaseImages own: only this one's owner record goes", owned: []imagecache.Image{published()},
@@ -537,29 +531,25 @@ func TestDelete(t *testing.T) {
 		},
 		"Fails": {
 			reason: "a failed removal is an error", owned: []imagecache.Image{published()},
-			remove: removes(errBoom), wantErr: "cannot remove volume default/" + volume,
+			remove: removes(errBoom), wantErr: errors.Wrapf(errBoom, errRemove, "default/"+volume),
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			c := &fakeCache{t: t, remove: tc.remove, owned: func(string) ([]imagecache.Image, error) { return tc.owned, nil }}
 			_, err := newExternal(c).Delete(context.Background(), image(deleted, retaining(tc.retained...)))
-			gotErr := ""
-			if err != nil {
-				gotErr = tc.wantErr
-				if !strings.Contains(err.Error(), tc.wantErr) {
-					gotErr = err.Error()
-				}
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nDelete(): -want error, +got error:\n%s", tc.reason, diff)
 			}
 			gone := c.removed
 			if len(gone) == 2 && gone[0] > gone[1] {
 				gone[0], gone[1] = gone[1], gone[0]
 			}
-			if diff := cmp.Diff([]any{tc.wantErr, tc.wantGone}, []any{gotErr, gone}); diff != "" {
+			if diff := cmp.Diff(tc.wantGone, gone); diff != "" {
 				t.Errorf("%s\nDelete(): -want, +got:\n%s", tc.reason, diff)
 			}
 			// The pool is swept of stale owners once this BaseImage is detached from everything.
-			if wantSwept := tc.wantErr == ""; (c.swept == 1) != wantSwept {
+			if wantSwept := tc.wantErr == nil; (c.swept == 1) != wantSwept {
 				t.Errorf("%s\nDelete() swept the pool %d times, want it swept: %v", tc.reason, c.swept, wantSwept)
 			}
 		})

@@ -29,8 +29,8 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
-	"github.com/provider-kvm/provider-kvm/internal/testbed"
-	"github.com/provider-kvm/provider-kvm/internal/testenv"
+	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
+	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // qcow2 makes a real qcow2 image of virtual size MiB with some data written, and returns its
@@ -69,7 +69,7 @@ func qcow2(t *testing.T, dir, name string, sizeMiB int) ([]byte, string) {
 // real libvirt test bed, with images served from a loopback HTTP server.
 func TestBaseImageOnRealHost(t *testing.T) {
 	tb := testbed.Require(t)
-	env := testenv.Start(t)
+	env := controlplane.Start(t)
 	env.HostConfig(t, tb, "default")
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
@@ -122,7 +122,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		if err := kube.Create(ctx, bi); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 2*time.Minute, "mismatch reported", func() error {
+		controlplane.Eventually(t, 2*time.Minute, "mismatch reported", func() error {
 			if err := get(bi); err != nil {
 				return err
 			}
@@ -158,7 +158,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		if err := kube.Create(ctx, bi); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 2*time.Minute, "refusal reported", func() error {
+		controlplane.Eventually(t, 2*time.Minute, "refusal reported", func() error {
 			if err := get(bi); err != nil {
 				return err
 			}
@@ -226,7 +226,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		testenv.Eventually(t, 2*time.Minute, "both Ready", func() error {
+		controlplane.Eventually(t, 2*time.Minute, "both Ready", func() error {
 			for _, bi := range []*v1alpha1.BaseImage{mine, theirs} {
 				if err := readyWith(bi, shaA)(); err != nil {
 					return fmt.Errorf("%s/%s: %w", bi.Namespace, bi.Name, err)
@@ -248,7 +248,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		if err := kube.Delete(ctx, mine); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "images/shared deleted", gone(mine))
+		controlplane.Eventually(t, time.Minute, "images/shared deleted", gone(mine))
 		if !volumeExists(vol) || len(ownerRecords(vol)) != 1 {
 			t.Fatalf("after deleting one owner: volume exists %v, owner records %v", volumeExists(vol), ownerRecords(vol))
 		}
@@ -270,17 +270,17 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		if err := kube.Delete(ctx, theirs); err != nil && !kerrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "team-b/debian-12 gone from the cluster", gone(theirs))
+		controlplane.Eventually(t, time.Minute, "team-b/debian-12 gone from the cluster", gone(theirs))
 		restored := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "debian-12"},
 			Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: srv.URL + "/mirror/a.qcow2", SHA256: shaA}}}}
 		if err := kube.Create(ctx, restored); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 2*time.Minute, "restored BaseImage Ready", readyWith(restored, shaA))
+		controlplane.Eventually(t, 2*time.Minute, "restored BaseImage Ready", readyWith(restored, shaA))
 		if restored.GetUID() == oldUID || restored.Status.AtProvider.VolumeName != vol {
 			t.Fatalf("restored BaseImage UID %s (old %s) on volume %s, want a new UID on %s", restored.GetUID(), oldUID, restored.Status.AtProvider.VolumeName, vol)
 		}
-		testenv.Eventually(t, time.Minute, "the old UID's record cleaned up", func() error {
+		controlplane.Eventually(t, time.Minute, "the old UID's record cleaned up", func() error {
 			if got := ownerRecords(vol); len(got) != 1 || got[0] != imagecache.OwnerName(vol, string(restored.GetUID())) {
 				return fmt.Errorf("owner records %v, want the restored UID's alone", got)
 			}
@@ -290,7 +290,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		if err := kube.Delete(ctx, restored); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "team-b/debian-12 deleted", gone(restored))
+		controlplane.Eventually(t, time.Minute, "team-b/debian-12 deleted", gone(restored))
 		if volumeExists(vol) || len(ownerRecords(vol)) != 0 {
 			t.Fatalf("after deleting the last owner: volume exists %v, owner records %v", volumeExists(vol), ownerRecords(vol))
 		}
@@ -301,7 +301,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	if err := kube.Create(ctx, bi); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 2*time.Minute, "BaseImage A Ready", readyWith(bi, shaA))
+	controlplane.Eventually(t, 2*time.Minute, "BaseImage A Ready", readyWith(bi, shaA))
 	at := bi.Status.AtProvider
 	if !at.Verified || at.VirtualSizeBytes != 64<<20 || at.SizeBytes != int64(len(imgA)) || at.Path == "" {
 		t.Errorf("status after publish: %+v", at)
@@ -326,11 +326,11 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	if err := kube.Update(ctx, bi); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 2*time.Minute, "BaseImage B Ready", readyWith(bi, shaB))
+	controlplane.Eventually(t, 2*time.Minute, "BaseImage B Ready", readyWith(bi, shaB))
 	if bi.Status.AtProvider.VolumeName == oldVol {
 		t.Fatalf("the edited source reuses the old volume %s", oldVol)
 	}
-	testenv.Eventually(t, time.Minute, "old volume retained", func() error {
+	controlplane.Eventually(t, time.Minute, "old volume retained", func() error {
 		if err := get(bi); err != nil {
 			return err
 		}
@@ -347,7 +347,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	if err := kube.Delete(ctx, bi); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, "deletion held", func() error {
+	controlplane.Eventually(t, time.Minute, "deletion held", func() error {
 		if err := get(bi); err != nil {
 			return err
 		}
@@ -364,7 +364,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	if err := lv.DeleteVolume(ctx, tb.Pool, "bi-test-overlay.qcow2"); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, "BaseImage deleted", func() error {
+	controlplane.Eventually(t, time.Minute, "BaseImage deleted", func() error {
 		if err := get(bi); !kerrors.IsNotFound(err) {
 			return fmt.Errorf("still present (%v): Synced %q, retained %v", err, bi.GetCondition(xpv2.TypeSynced).Message, bi.Status.AtProvider.RetainedVolumes)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -146,7 +147,7 @@ func (h *holder) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 			}
 		}
 		for _, s := range held {
-			if !contains(want, s) {
+			if !slices.Contains(want, s) {
 				if err := h.secretFinalizer(ctx, pc.Namespace, s, fin, false); err != nil {
 					return reconcile.Result{}, errors.Wrapf(err, errReleaseSecret, pc.Namespace, s)
 				}
@@ -198,15 +199,6 @@ func (h *holder) secretFinalizer(ctx context.Context, ns, name, fin string, on b
 		meta.RemoveFinalizer(s, fin)
 	}
 	return resource.IgnoreNotFound(h.kube.Patch(ctx, s, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // setupHold adds the hold controller; it starts once the managed resources' CRDs are

@@ -2,7 +2,6 @@ package config
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -14,12 +13,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 )
+
+var errBoom = errors.New("boom")
 
 func TestHold(t *testing.T) {
 	now := metav1.Now()
@@ -43,7 +45,7 @@ func TestHold(t *testing.T) {
 		users     []string
 		usersErr  error
 		wantRes   reconcile.Result
-		wantErr   bool
+		wantErr   error
 		wantPC    []string          // finalizers of the config written (nil: not written)
 		wantHeld  string            // its held-secrets annotation when written
 		wantPatch map[string]string // Secret -> "add" or "remove"
@@ -75,7 +77,7 @@ func TestHold(t *testing.T) {
 			pc: config(true, []string{"in-use.crossplane.io"}, ""),
 		},
 		"CannotListUsers": {
-			pc: config(true, []string{HoldFinalizer}, "ssh"), usersErr: errors.New("boom"), wantErr: true,
+			pc: config(true, []string{HoldFinalizer}, "ssh"), usersErr: errBoom, wantErr: errors.Wrap(errBoom, errListUsers),
 		},
 	}
 	for name, tc := range cases {
@@ -117,8 +119,8 @@ func TestHold(t *testing.T) {
 			h := &holder{kube: kube, secrets: secrets, log: logging.NewNopLogger(), recorder: event.NewNopRecorder(),
 				users: func(context.Context, string, string) ([]string, error) { return tc.users, tc.usersErr }}
 			res, err := h.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team", Name: "host"}})
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("Reconcile: error %v, want error %v", err, tc.wantErr)
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Fatalf("Reconcile: -want error, +got error:\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantRes, res); diff != "" {
 				t.Errorf("result (-want +got):\n%s", diff)

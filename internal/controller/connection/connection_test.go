@@ -2,13 +2,13 @@ package connection
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
@@ -23,7 +24,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/testbed"
+	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // recorder is a fake event.Recorder that keeps what it was given.
@@ -86,8 +87,9 @@ func TestConnectTracksUsageFirst(t *testing.T) {
 		Conns: host.NewConnections(),
 	}
 	_, err := c.Connect(context.Background(), managed())
-	if err == nil || !strings.Contains(err.Error(), errTrackUsage) || tracked != 1 {
-		t.Fatalf("Connect(): want %q after one Track call, got %v (tracked %d)", errTrackUsage, err, tracked)
+	want := errors.Wrap(kerrors.NewForbidden(schema.GroupResource{}, "x", nil), errTrackUsage)
+	if diff := cmp.Diff(want, err, test.EquateErrors()); diff != "" || tracked != 1 {
+		t.Fatalf("Connect(): want the tracking error after one Track call (tracked %d):\n-want, +got:\n%s", tracked, diff)
 	}
 }
 

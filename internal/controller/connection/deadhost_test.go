@@ -19,7 +19,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/testbed/hung"
+	"github.com/provider-kvm/provider-kvm/test/support/deadhost"
 )
 
 // TestConnectDeadHostShownAtOnce checks what resources on a dead host see: ten that connect
@@ -29,12 +29,12 @@ import (
 // condition.
 func TestConnectDeadHostShownAtOnce(t *testing.T) {
 	cases := map[string]string{ // how the host hangs: the last error shown
-		hung.HangAccepted: "the last one with: no answer within the dial timeout (500ms): cannot establish SSH session: context deadline exceeded",
-		hung.HangSYN:      "the last one with: no answer within the dial timeout (500ms): cannot dial SSH server: dial tcp ",
+		deadhost.HangAccepted: "the last one with: no answer within the dial timeout (500ms): cannot establish SSH session: context deadline exceeded",
+		deadhost.HangSYN:      "the last one with: no answer within the dial timeout (500ms): cannot dial SSH server: dial tcp ",
 	}
 	for how, last := range cases {
 		t.Run(how, func(t *testing.T) {
-			h := hung.New(t, how)
+			h := deadhost.New(t, how)
 			_, k, _ := ed25519.GenerateKey(rand.Reader)
 			b, err := ssh.MarshalPrivateKey(k, "")
 			if err != nil {

@@ -87,8 +87,6 @@ func (h *fakeHost) BlockResize(_ context.Context, name, path string, size uint64
 	return nil
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func (h *fakeHost) ChangeMedia(_ context.Context, name, diskXML string) error {
 	h.calls = append(h.calls, "ChangeMedia "+name)
 	return h.set(name, func(d *libvirt.DomainInfo) { d.XML = swapSeed(d.XML, diskXML) })

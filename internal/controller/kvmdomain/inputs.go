@@ -52,7 +52,7 @@ type inputs struct {
 // inputs (a missing SeedVolume, say) are left to Create, which reports them as failures.
 func (e *external) waitForInputs(ctx context.Context, cr *v1alpha1.KVMDomain) error {
 	cr.Status.AtProvider.WaitingFor = ""
-	if observeOnly(cr) {
+	if e.observeOnly(cr) {
 		return nil
 	}
 	var nr notReady

@@ -2,15 +2,17 @@ package kvmdomain
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
@@ -32,17 +34,17 @@ func TestWaitForInputs(t *testing.T) {
 	cases := map[string]struct {
 		objs           []client.Object
 		wantWaitingFor string
-		wantErr        string
+		wantErr        error
 	}{
 		"BaseImageNotReady": {
 			objs:           []client.Object{pendingBase, pendingSeed},
 			wantWaitingFor: "BaseImage base",
-			wantErr:        "waiting for BaseImage base to be Ready",
+			wantErr:        notReady{what: "BaseImage base", err: errors.Errorf(errBaseNotReady, "base")},
 		},
 		"SeedVolumeNotReady": {
 			objs:           []client.Object{readyBase, pendingSeed},
 			wantWaitingFor: "SeedVolume seed",
-			wantErr:        "waiting for SeedVolume seed to be Ready",
+			wantErr:        notReady{what: "SeedVolume seed", err: errors.Errorf(errSeedNotReady, "seed")},
 		},
 		"SeedVolumeMissingIsLeftToCreate": {
 			objs: []client.Object{readyBase},
@@ -56,16 +58,13 @@ func TestWaitForInputs(t *testing.T) {
 			}
 			e := &external{kube: fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...).Build()}
 			cr := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm"}}
-			cr.Spec.ForProvider.BaseImageName = ptr("base")
-			cr.Spec.ForProvider.SeedVolumeName = ptr("seed")
+			cr.Spec.ForProvider.BaseImageName = ptr.To("base")
+			cr.Spec.ForProvider.SeedVolumeName = ptr.To("seed")
 			cr.Status.AtProvider.WaitingFor = "stale"
 
 			err := e.waitForInputs(context.Background(), cr)
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Errorf("waitForInputs error = %v, want none", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Errorf("waitForInputs error = %v, want one containing %q", err, tc.wantErr)
+			if d := cmp.Diff(tc.wantErr, err, test.EquateErrors()); d != "" {
+				t.Errorf("waitForInputs error (-want +got):\n%s", d)
 			}
 			// Anything but a wait clears a stale value, so a failure is shown as one.
 			if d := cmp.Diff(tc.wantWaitingFor, cr.Status.AtProvider.WaitingFor); d != "" {

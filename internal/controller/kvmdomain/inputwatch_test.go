@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -24,10 +25,10 @@ func TestReferrers(t *testing.T) {
 		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: name}}
 	}
 	domains := []v1alpha1.KVMDomain{
-		dom("a", ptr("debian"), ptr("a-seed")),
-		dom("b", ptr("debian"), ptr("b-seed")),
-		dom("c", ptr("alpine"), nil),
-		dom("d", nil, ptr("debian")), // a seed that happens to share the image's name
+		dom("a", ptr.To("debian"), ptr.To("a-seed")),
+		dom("b", ptr.To("debian"), ptr.To("b-seed")),
+		dom("c", ptr.To("alpine"), nil),
+		dom("d", nil, ptr.To("debian")), // a seed that happens to share the image's name
 	}
 	cases := map[string]struct {
 		name string

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,8 +30,8 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/testbed"
-	"github.com/provider-kvm/provider-kvm/internal/testenv"
+	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
+	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // squidUserData turns the test image's (disabled) squid into a proxy for the NAT network.
@@ -81,7 +82,7 @@ func exists(t *testing.T, args ...string) bool {
 func TestKVMDomainBootsOnRealHost(t *testing.T) {
 	tb := testbed.Require(t)
 	image, sum := guestImage(t)
-	env := testenv.Start(t)
+	env := controlplane.Start(t)
 	env.HostConfig(t, tb, "default")
 	// As the provider runs: the host connections feed domain events to the controller.
 	events := domainevents.New(logging.NewNopLogger())
@@ -123,13 +124,13 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		&v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian"}, Spec: v1alpha1.BaseImageSpec{
 			ForProvider: v1alpha1.BaseImageParameters{Source: v1alpha1.ImageSource{URL: img.URL + "/debian-12-testbed.qcow2", SHA256: sum}}}},
 		&v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}, Spec: v1alpha1.SeedVolumeSpec{
-			ForProvider: v1alpha1.SeedVolumeParameters{Hostname: "proxy-1", UserData: ptr(squidUserData)}}},
+			ForProvider: v1alpha1.SeedVolumeParameters{Hostname: "proxy-1", UserData: ptr.To(squidUserData)}}},
 		&v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}, Spec: v1alpha1.KVMDomainSpec{
 			ForProvider: v1alpha1.KVMDomainParameters{
 				VCPU: 2, MemoryMiB: 1024, PowerState: v1alpha1.PowerStateRunning,
 				BaseImageRef:  &xpv2.NamespacedReference{Name: "debian"},
 				SeedVolumeRef: &xpv2.NamespacedReference{Name: "proxy-1"},
-				DiskSizeGiB:   ptr(int32(2)),
+				DiskSizeGiB:   ptr.To(int32(2)),
 				ReadinessProbe: &v1alpha1.ReadinessProbe{TimeoutSeconds: 5,
 					HTTPProxy: &v1alpha1.HTTPProxyProbe{Port: 3128, URL: probeURL, ExpectedStatus: 204}},
 			}}},
@@ -152,7 +153,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 			return nil
 		}
 	}
-	testenv.Eventually(t, 8*time.Minute, "KVMDomain Ready (probe 204 through squid)", ready(vm))
+	controlplane.Eventually(t, 8*time.Minute, "KVMDomain Ready (probe 204 through squid)", ready(vm))
 	t.Logf("TIMING KVMDomain created -> Ready (incl. %d MiB image publish and seed): %.1fs", 138, time.Since(t0).Seconds())
 	at := vm.Status.AtProvider
 	if at.State != "Running" || at.IPv4 == "" || at.Probe != "passing" || at.UUID == "" {
@@ -172,14 +173,14 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		oldVol := seed.Status.AtProvider.VolumeName
-		seed.Spec.ForProvider.UserData = ptr(squidUserData + "# edited\n")
+		seed.Spec.ForProvider.UserData = ptr.To(squidUserData + "# edited\n")
 		if err := kube.Update(ctx, seed); err != nil {
 			t.Fatal(err)
 		}
 		// The new content is a new volume; once it is verified the running domain reads it
 		// (its definition and its live medium), and the old volume goes once nothing uses it.
 		var newVol string
-		testenv.Eventually(t, 2*time.Minute, "running domain switched to the new seed", func() error {
+		controlplane.Eventually(t, 2*time.Minute, "running domain switched to the new seed", func() error {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(seed), seed); err != nil {
 				return err
 			}
@@ -194,7 +195,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 			}
 			return nil
 		})
-		testenv.Eventually(t, 2*time.Minute, "old seed volume removed", func() error {
+		controlplane.Eventually(t, 2*time.Minute, "old seed volume removed", func() error {
 			if exists(t, "vol-info", "--pool", tb.Pool, oldVol) {
 				return fmt.Errorf("%s still there", oldVol)
 			}
@@ -215,7 +216,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		virsh(t, "undefine", "--nvram", name)
 		virsh(t, "destroy", name)
 		t0 := time.Now()
-		testenv.Eventually(t, 2*time.Minute, "domain recreated and running", func() error {
+		controlplane.Eventually(t, 2*time.Minute, "domain recreated and running", func() error {
 			if !exists(t, "domstate", name) {
 				return fmt.Errorf("not defined yet; KVMDomain: %s", conditions(ctx, kube, vm))
 			}
@@ -231,7 +232,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 	t.Run("DefinedButNotStartedIsStarted", func(t *testing.T) {
 		virsh(t, "destroy", name)
 		t0 := time.Now()
-		testenv.Eventually(t, 2*time.Minute, "domain started again", func() error {
+		controlplane.Eventually(t, 2*time.Minute, "domain started again", func() error {
 			if !exists(t, "domstate", name) {
 				return fmt.Errorf("not defined; KVMDomain: %s", conditions(ctx, kube, vm))
 			}
@@ -257,11 +258,11 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		_ = f.Close()
 		virsh(t, "define", f.Name())
 		fd := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "foreign"}, Spec: v1alpha1.KVMDomainSpec{
-			ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 256, BaseImageName: ptr("debian")}}}
+			ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 256, BaseImageName: ptr.To("debian")}}}
 		if err := kube.Create(ctx, fd); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "refusal reported", func() error {
+		controlplane.Eventually(t, time.Minute, "refusal reported", func() error {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(fd), fd); err != nil {
 				return err
 			}
@@ -273,7 +274,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		if err := kube.Delete(ctx, fd); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "KVMDomain deleted, foreign domain left alone", func() error {
+		controlplane.Eventually(t, time.Minute, "KVMDomain deleted, foreign domain left alone", func() error {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(fd), fd); !kerrors.IsNotFound(err) {
 				return fmt.Errorf("still present (%v)", err)
 			}
@@ -293,7 +294,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Imports are off by default: the import is refused and says how to allow it.
-		testenv.Eventually(t, time.Minute, "import refused while imports are off", func() error {
+		controlplane.Eventually(t, time.Minute, "import refused while imports are off", func() error {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(imp), imp); err != nil {
 				return err
 			}
@@ -313,7 +314,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		if err := kube.Update(ctx, cpc); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "foreign domain observed read-only", func() error {
+		controlplane.Eventually(t, time.Minute, "foreign domain observed read-only", func() error {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(imp), imp); err != nil {
 				return err
 			}
@@ -325,7 +326,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		if err := kube.Delete(ctx, imp); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "import deleted", func() error {
+		controlplane.Eventually(t, time.Minute, "import deleted", func() error {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(imp), imp); !kerrors.IsNotFound(err) {
 				return fmt.Errorf("still present (%v)", err)
 			}
@@ -340,12 +341,12 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
 			t.Fatal(err)
 		}
-		vm.Spec.ForProvider.DiskSizeGiB = ptr(int32(3))
+		vm.Spec.ForProvider.DiskSizeGiB = ptr.To(int32(3))
 		if err := kube.Update(ctx, vm); err != nil {
 			t.Fatal(err)
 		}
 		overlay := vm.Status.AtProvider.OverlayVolume
-		testenv.Eventually(t, time.Minute, "overlay grown to 3 GiB", func() error {
+		controlplane.Eventually(t, time.Minute, "overlay grown to 3 GiB", func() error {
 			info := virsh(t, "vol-info", "--bytes", "--pool", tb.Pool, overlay)
 			if !strings.Contains(info, fmt.Sprintf("%d bytes", 3<<30)) {
 				return fmt.Errorf("vol-info: %s", info)
@@ -373,7 +374,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		if err := kube.Update(ctx, vm); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "restart pending", func() error {
+		controlplane.Eventually(t, time.Minute, "restart pending", func() error {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
 				return err
 			}
@@ -394,7 +395,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		// The guest was re-created out of band above and may still be booting; a guest in the
 		// middle of its boot may take longer than the grace to act on the ACPI request. What is
 		// tested is that a booted guest is shut down, not powered off.
-		testenv.Eventually(t, 8*time.Minute, "KVMDomain Ready again before the stop", ready(vm))
+		controlplane.Eventually(t, 8*time.Minute, "KVMDomain Ready again before the stop", ready(vm))
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
 			t.Fatal(err)
 		}
@@ -402,7 +403,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		if err := kube.Update(ctx, vm); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 3*time.Minute, "shut off", func() error {
+		controlplane.Eventually(t, 3*time.Minute, "shut off", func() error {
 			if st := strings.TrimSpace(virsh(t, "domstate", name)); st != "shut off" {
 				return fmt.Errorf("state %s", st)
 			}
@@ -418,7 +419,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 	if err := kube.Delete(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 4*time.Minute, "KVMDomain deleted", func() error {
+	controlplane.Eventually(t, 4*time.Minute, "KVMDomain deleted", func() error {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(vm), vm); !kerrors.IsNotFound(err) {
 			return fmt.Errorf("still present: %v %q", err, vm.GetCondition(xpv2.TypeSynced).Message)
 		}
@@ -439,7 +440,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 	} {
 		_ = kube.Delete(ctx, o)
 	}
-	testenv.Eventually(t, 2*time.Minute, "base and seed deleted", func() error {
+	controlplane.Eventually(t, 2*time.Minute, "base and seed deleted", func() error {
 		for _, o := range []client.Object{
 			&v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}},
 			&v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian"}},

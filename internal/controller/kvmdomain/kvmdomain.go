@@ -17,6 +17,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 
@@ -83,6 +84,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 		watches = append(watches, events.Source())
 	}
 	shutdowns := &shutdowns{m: map[types.UID]time.Time{}}
+	policies := o.Features.Enabled(feature.EnableBetaManagementPolicies)
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.KVMDomain]{
 		GroupKind: v1alpha1.KVMDomainGroupKind,
 		GVK:       v1alpha1.KVMDomainGroupVersionKind,
@@ -96,7 +98,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 			return &connector{
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns,
 				conn:    connection.NewConnector(mgr.GetClient(), conns, rec),
-				records: ownership.NewRecords(),
+				records: ownership.NewRecords(), policies: policies,
 			}
 		},
 	})
@@ -108,6 +110,9 @@ type connector struct {
 	conn      *connection.Connector
 	shutdowns *shutdowns
 	records   *ownership.Records
+	// policies: spec.managementPolicies are honoured (the provider's
+	// --enable-management-policies, as the managed reconciler is told).
+	policies bool
 }
 
 // Host is what the external client needs of a libvirt host; *libvirt.Client is one.
@@ -135,6 +140,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, defaults: s.Defaults, source: s.Source,
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, host: s.Address(), importsAllowed: s.ImportsAllowed,
+		policies: c.policies,
 	}, nil
 }
 
@@ -150,6 +156,8 @@ type external struct {
 	host      string // the host's address, for the records' cache
 	// importsAllowed: the config lets this resource import existing domains.
 	importsAllowed bool
+	// policies: spec.managementPolicies are honoured (see observeOnly).
+	policies bool
 }
 
 // target is what a KVMDomain manages, all derived from the resource (never from the

@@ -9,21 +9,27 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"libvirt.org/go/libvirtxml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
 )
 
@@ -49,7 +55,7 @@ var us = ownership.Owner{Kind: v1alpha1.KVMDomainKind, UID: uid, Namespace: "tea
 
 func kvm(opts ...func(*v1alpha1.KVMDomain)) *v1alpha1.KVMDomain {
 	d := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "vm", UID: types.UID(uid)}}
-	d.Spec.ForProvider = v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 512, BaseImageName: ptr("base")}
+	d.Spec.ForProvider = v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 512, BaseImageName: ptr.To("base")}
 	meta.SetExternalName(d, ourDomain)
 	for _, o := range opts {
 		o(d)
@@ -65,7 +71,7 @@ func named(n string) func(*v1alpha1.KVMDomain) {
 	return func(d *v1alpha1.KVMDomain) { meta.SetExternalName(d, n) }
 }
 func disk(g int32) func(*v1alpha1.KVMDomain) {
-	return func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.DiskSizeGiB = ptr(g) }
+	return func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.DiskSizeGiB = ptr.To(g) }
 }
 
 // domainXML is a definition owned by ownerUID ("" for none) with the given MAC.
@@ -115,13 +121,12 @@ func newExt(h *fakeHost, imports bool) *external {
 	return &external{lv: h, recorder: event.NewNopRecorder(), shutdowns: &shutdowns{m: map[types.UID]time.Time{}},
 		defaults: v1alpha1.HostDefaults{Pool: pool, Network: "default", DomainType: "qemu"}, source: "ClusterProviderConfig/default",
 		records: ownership.NewRecords(), host: "root@h:22", importsAllowed: imports,
-		kube: nil}
+		policies: true, kube: nil}
 }
 
-// seen is what the tests compare after a call.
+// seen is what the tests compare after a call (the error is compared on its own).
 type seen struct {
 	Exists   bool
-	Err      string
 	State    string
 	MAC      string
 	Domains  []string // names left on the host
@@ -131,15 +136,9 @@ type seen struct {
 	HostCall []string // calls that change something
 }
 
-func look(t *testing.T, h *fakeHost, victimBefore string, err error, errSub string) seen {
+func look(t *testing.T, h *fakeHost, victimBefore string) seen {
 	t.Helper()
 	s := seen{}
-	if err != nil {
-		s.Err = err.Error()
-		if errSub != "" && strings.Contains(s.Err, errSub) {
-			s.Err = errSub
-		}
-	}
 	for n := range h.domains {
 		if n != victim {
 			s.Domains = append(s.Domains, n)
@@ -167,8 +166,10 @@ func TestObserve(t *testing.T) {
 		cr      *v1alpha1.KVMDomain
 		host    []hostSetup
 		imports bool
-		errSub  string
-		want    seen
+		// policiesOff: the provider runs with --enable-management-policies=false.
+		policiesOff bool
+		wantErr     error
+		want        seen
 	}{
 		"OursShutOff": {
 			reason: "our domain is observed",
@@ -178,27 +179,32 @@ func TestObserve(t *testing.T) {
 		"SameNameNotOurs": {
 			reason: "a domain of our name marked by another resource is never adopted",
 			cr:     kvm(), host: []hostSetup{withDomain(ourDomain, victimUID, libvirt.StateRunning)},
-			errSub: "is not owned by this KVMDomain", want: seen{Err: "is not owned by this KVMDomain", Domains: []string{ourDomain}, Victim: "untouched"},
+			wantErr: errors.Errorf(errNotOurs, ourDomain, "it belongs to ns/n, UID "+victimUID), want: seen{Domains: []string{ourDomain}, Victim: "untouched"},
 		},
 		"ExternalNameOfAnother": {
-			reason: "an external name pointing at another namespace's domain is refused, nothing of it is read",
-			cr:     kvm(named(victim)),
-			errSub: "is not this KVMDomain's domain name", want: seen{Err: "is not this KVMDomain's domain name", Victim: "untouched"},
+			reason:  "an external name pointing at another namespace's domain is refused, nothing of it is read",
+			cr:      kvm(named(victim)),
+			wantErr: errors.Errorf(errExternalName, victim, ourDomain, ourDomain), want: seen{Victim: "untouched"},
 		},
 		"ObserveOnlyImportsOff": {
 			reason: "an observe-only import is refused while the config does not allow imports",
 			cr:     kvm(named("legacy"), observeOnlyPolicy), host: []hostSetup{withDomain("legacy", "", libvirt.StateRunning)},
-			errSub: "imports are off on ClusterProviderConfig/default", want: seen{Err: "imports are off on ClusterProviderConfig/default", Domains: []string{"legacy"}, Victim: "untouched"},
+			wantErr: errors.Errorf(errImportsOff, "legacy", "ClusterProviderConfig/default"), want: seen{Domains: []string{"legacy"}, Victim: "untouched"},
 		},
 		"ObserveOnlyImportOfOwned": {
 			reason: "a domain that carries another resource's mark is never imported, even where imports are allowed",
 			cr:     kvm(named(victim), observeOnlyPolicy), imports: true,
-			errSub: "a domain managed by another resource is never imported", want: seen{Err: "a domain managed by another resource is never imported", Victim: "untouched"},
+			wantErr: errors.Errorf(errImportForeign, victim, "ns", "n", victimUID), want: seen{Victim: "untouched"},
 		},
 		"ObserveOnlyImportAllowed": {
 			reason: "an allowed import reports the domain's own MAC and state",
 			cr:     kvm(named("legacy"), observeOnlyPolicy), imports: true, host: []hostSetup{withDomain("legacy", "", libvirt.StateShutOff)},
 			want: seen{Exists: true, State: "ShutOff", MAC: "52:54:00:12:34:56", Domains: []string{"legacy"}, Victim: "untouched"},
+		},
+		"ObserveOnlyPoliciesOff": {
+			reason: "with management policies disabled, [Observe] is not an import (as for the managed reconciler), so the external name is refused",
+			cr:     kvm(named("legacy"), observeOnlyPolicy), imports: true, policiesOff: true, host: []hostSetup{withDomain("legacy", "", libvirt.StateShutOff)},
+			wantErr: errors.Errorf(errExternalName, "legacy", ourDomain, ourDomain), want: seen{Domains: []string{"legacy"}, Victim: "untouched"},
 		},
 		"DeletingIgnoresExternalName": {
 			reason: "while deleting, the derived domain is what is looked at",
@@ -231,8 +237,13 @@ func TestObserve(t *testing.T) {
 			}
 			cr := tc.cr
 			cr.Spec.ForProvider.PowerState = v1alpha1.PowerStateStopped
-			o, err := newExt(h, tc.imports).Observe(context.Background(), cr)
-			got := look(t, h, before, err, tc.errSub)
+			e := newExt(h, tc.imports)
+			e.policies = !tc.policiesOff
+			o, err := e.Observe(context.Background(), cr)
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nObserve(): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			got := look(t, h, before)
 			got.Exists, got.State, got.MAC = o.ResourceExists, cr.Status.AtProvider.State, cr.Status.AtProvider.MACAddress
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s\nObserve(): -want, +got:\n%s", tc.reason, diff)
@@ -241,13 +252,51 @@ func TestObserve(t *testing.T) {
 	}
 }
 
+func TestObserveOnly(t *testing.T) {
+	cases := map[string]struct {
+		reason   string
+		enabled  bool
+		policies xpv2.ManagementPolicies
+		want     bool
+	}{
+		"Observe": {
+			reason: "[Observe] alone is an import", enabled: true,
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionObserve}, want: true,
+		},
+		"All": {
+			reason: "[*] manages the domain", enabled: true,
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionAll},
+		},
+		"ObserveDelete": {
+			reason: "[Observe, Delete] may delete, so it is not observe-only", enabled: true,
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionObserve, xpv2.ManagementActionDelete},
+		},
+		"ObserveTwice": {
+			reason: "a repeated Observe is still only Observe (a set, not a slice)", enabled: true,
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionObserve, xpv2.ManagementActionObserve}, want: true,
+		},
+		"Disabled": {
+			reason:   "with --enable-management-policies=false the policies are ignored, [Observe] included",
+			policies: xpv2.ManagementPolicies{xpv2.ManagementActionObserve},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := &external{policies: tc.enabled}
+			if got := e.observeOnly(kvm(func(d *v1alpha1.KVMDomain) { d.SetManagementPolicies(tc.policies) })); got != tc.want {
+				t.Errorf("%s\nobserveOnly(%v, enabled %t): want %t, got %t", tc.reason, tc.policies, tc.enabled, tc.want, got)
+			}
+		})
+	}
+}
+
 func TestDelete(t *testing.T) {
 	cases := map[string]struct {
-		reason string
-		cr     *v1alpha1.KVMDomain
-		host   []hostSetup
-		errSub string
-		want   seen
+		reason  string
+		cr      *v1alpha1.KVMDomain
+		host    []hostSetup
+		wantErr error
+		want    seen
 	}{
 		"OursShutOff": {
 			reason: "our stopped domain is undefined, then its overlay and record go",
@@ -257,7 +306,7 @@ func TestDelete(t *testing.T) {
 		"OursRunning": {
 			reason: "a running domain is asked to shut down first",
 			cr:     kvm(deletingNow), host: []hostSetup{withDomain(ourDomain, uid, libvirt.StateRunning), withOverlay(true)},
-			errSub: "waiting up to", want: seen{Err: "waiting up to", Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched", HostCall: []string{"ShutdownDomain " + ourDomain}},
+			wantErr: errors.Errorf(errWaitShutdown, shutdownGrace), want: seen{Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched", HostCall: []string{"ShutdownDomain " + ourDomain}},
 		},
 		"SameNameNotOurs": {
 			reason: "a domain of our name that is not ours stays; our overlay goes",
@@ -285,7 +334,10 @@ func TestDelete(t *testing.T) {
 			}
 			h.calls = nil
 			_, err := newExt(h, false).Delete(context.Background(), tc.cr)
-			got := look(t, h, before, err, tc.errSub)
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nDelete(): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			got := look(t, h, before)
 			got.HostCall = deletes(got.HostCall, h)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s\nDelete(): -want, +got:\n%s", tc.reason, diff)
@@ -343,8 +395,8 @@ func TestUpdateRefusesForeignExternalName(t *testing.T) {
 	withDomain(victim, victimUID, libvirt.StateRunning)(t, h)
 	before := h.domains[victim].InactiveXML
 	_, err := newExt(h, true).Update(context.Background(), kvm(named(victim)))
-	if err == nil || !strings.Contains(err.Error(), "is not this KVMDomain's domain name") {
-		t.Errorf("Update(): %v, want the external name refused", err)
+	if diff := cmp.Diff(errors.Errorf(errExternalName, victim, ourDomain, ourDomain), err, test.EquateErrors()); diff != "" {
+		t.Errorf("Update(): want the external name refused: -want, +got:\n%s", diff)
 	}
 	if got := h.domains[victim]; got.InactiveXML != before || len(h.calls) != 0 {
 		t.Errorf("Update() touched the victim: calls %v", h.calls)
@@ -364,7 +416,7 @@ func TestCreate(t *testing.T) {
 		reason      string
 		base        *v1alpha1.BaseImage
 		host        []hostSetup
-		errSub      string
+		wantErr     error  // compared with test.EquateErrors
 		wantBacking string // the overlay's backing file, "" when no overlay is made
 		wantDomain  bool
 		// wantGone: an overlay was created, then deleted again.
@@ -379,9 +431,9 @@ func TestCreate(t *testing.T) {
 			base:   base(baseVol, "/pool/default/team-b_db-99999999.root.qcow2"), wantBacking: "/pool/default/" + baseVol, wantDomain: true,
 		},
 		"StatusVolumeNotABase": {
-			reason: "a base whose status names a volume that is not a base image is refused",
-			base:   base("team-b_db-99999999.root.qcow2", "/pool/default/team-b_db-99999999.root.qcow2"),
-			errSub: "which is not a cached base image volume",
+			reason:  "a base whose status names a volume that is not a base image is refused",
+			base:    base("team-b_db-99999999.root.qcow2", "/pool/default/team-b_db-99999999.root.qcow2"),
+			wantErr: errors.Errorf(errNotABase, "base", "team-b_db-99999999.root.qcow2"),
 		},
 		"BaseUnpublished": {
 			reason: "a base whose marker is gone (being removed) gets no overlay",
@@ -389,7 +441,7 @@ func TestCreate(t *testing.T) {
 			host: []hostSetup{func(_ *testing.T, h *fakeHost) {
 				_ = h.DeleteVolume(context.Background(), pool, imagecache.MarkerName(baseVol))
 			}},
-			errSub: "is not published on the host",
+			wantErr: errors.Wrapf(fakestorage.NotFound, errBaseGone, baseVol),
 		},
 		"UnpublishedWhileCreating": {
 			reason: "a base unpublished by another process's removal while the overlay is created: the overlay is deleted again",
@@ -401,7 +453,7 @@ func TestCreate(t *testing.T) {
 					}
 				}
 			}},
-			errSub: "is not published on the host", wantBacking: "/pool/default/" + baseVol, wantGone: true,
+			wantErr: errors.Wrapf(fakestorage.NotFound, errBaseGone, baseVol), wantBacking: "/pool/default/" + baseVol, wantGone: true,
 		},
 		"OverlayOfAnother": {
 			reason: "an overlay of our name whose record names someone else is never used",
@@ -410,7 +462,7 @@ func TestCreate(t *testing.T) {
 				h.Put(pool, overlay, []byte("x"))
 				h.Put(pool, ownership.RecordVolume(overlay), ownerRecord(t, overlay, ownership.Owner{Kind: v1alpha1.KVMDomainKind, UID: victimUID}))
 			}},
-			errSub: "is not owned by this resource",
+			wantErr: errors.Wrap(&ownership.NotOwnedError{Volume: overlay, Why: "it belongs to " + ownership.Owner{Kind: v1alpha1.KVMDomainKind, UID: victimUID}.String()}, errOverlay),
 		},
 	}
 	for name, tc := range cases {
@@ -426,15 +478,8 @@ func TestCreate(t *testing.T) {
 			e := newExt(h, false)
 			e.kube = fake.NewClientBuilder().WithScheme(s).WithObjects(tc.base).WithStatusSubresource(tc.base).Build()
 			_, err := e.Create(context.Background(), kvm())
-			gotErr := ""
-			if err != nil {
-				gotErr = err.Error()
-				if tc.errSub != "" && strings.Contains(gotErr, tc.errSub) {
-					gotErr = tc.errSub
-				}
-			}
-			if diff := cmp.Diff(tc.errSub, gotErr); diff != "" {
-				t.Fatalf("%s\nCreate() error: -want, +got:\n%s", tc.reason, diff)
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Fatalf("%s\nCreate(): -want error, +got error:\n%s", tc.reason, diff)
 			}
 			backing := ""
 			if x, ok := h.Created[pool+"/"+overlay]; ok {
@@ -506,7 +551,7 @@ func TestUpdate(t *testing.T) {
 		lastAsked time.Duration // the last request was sent this long ago (0: none)
 		objs      []client.Object
 		wantCalls []string
-		wantErr   string
+		wantErr   error
 	}{
 		"StartWhenStopped": {
 			reason: "powerState Running starts a shut-off domain",
@@ -546,11 +591,11 @@ func TestUpdate(t *testing.T) {
 		"SizeChangedInputGone": {
 			reason: "a redefinition needs the inputs",
 			cr:     kvm(running, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.MemoryMiB = 1024 }), state: libvirt.StateRunning,
-			wantErr: "cannot get BaseImage base",
+			wantErr: errors.Wrapf(kerrors.NewNotFound(schema.GroupResource{Group: v1alpha1.Group, Resource: "baseimages"}, "base"), errGetBase, "base"),
 		},
 		"NotOurs": {
 			reason: "a domain of our name that is not ours is never changed",
-			cr:     kvm(stopped), state: "foreign", wantErr: "is not owned by this KVMDomain",
+			cr:     kvm(stopped), state: "foreign", wantErr: errors.Errorf(errNotOurs, ourDomain, "it belongs to ns/n, UID "+victimUID),
 		},
 	}
 	for name, tc := range cases {
@@ -574,21 +619,14 @@ func TestUpdate(t *testing.T) {
 			}
 			h.calls = nil
 			_, err := e.Update(context.Background(), tc.cr)
-			gotErr := ""
-			if err != nil {
-				gotErr = err.Error()
-				if tc.wantErr != "" && strings.Contains(gotErr, tc.wantErr) {
-					gotErr = tc.wantErr
-				}
-			}
 			var calls []string
 			for _, c := range h.calls {
 				if !strings.HasPrefix(c, "Domain ") {
 					calls = append(calls, c)
 				}
 			}
-			if diff := cmp.Diff(tc.wantErr, gotErr); diff != "" {
-				t.Errorf("%s\nUpdate() error: -want, +got:\n%s", tc.reason, diff)
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nUpdate(): -want error, +got error:\n%s", tc.reason, diff)
 			}
 			if diff := cmp.Diff(tc.wantCalls, calls); diff != "" {
 				t.Errorf("%s\nUpdate() calls: -want, +got:\n%s", tc.reason, diff)

@@ -29,7 +29,7 @@ func (e *external) observed(cr *v1alpha1.KVMDomain, t target) (string, error) {
 		return t.domain, nil
 	}
 	switch {
-	case !observeOnly(cr):
+	case !e.observeOnly(cr):
 		return "", errors.Errorf(errExternalName, n, t.domain, t.domain)
 	case !e.importsAllowed:
 		return "", errors.Errorf(errImportsOff, n, e.source)
@@ -48,13 +48,13 @@ func (e *external) access(d libvirt.DomainInfo, cr *v1alpha1.KVMDomain) (importe
 	switch {
 	case o != nil && o.UID == string(cr.GetUID()):
 		return false, nil
-	case o != nil && observeOnly(cr):
+	case o != nil && e.observeOnly(cr):
 		return false, errors.Errorf(errImportForeign, d.Name, o.Namespace, o.Name, o.UID)
 	case o != nil:
 		return false, checkOwner(d, cr)
-	case observeOnly(cr) && e.importsAllowed:
+	case e.observeOnly(cr) && e.importsAllowed:
 		return true, nil
-	case observeOnly(cr):
+	case e.observeOnly(cr):
 		return false, errors.Errorf(errImportsOff, d.Name, e.source)
 	}
 	return false, checkOwner(d, cr)
@@ -67,10 +67,11 @@ func mac(cr *v1alpha1.KVMDomain) string {
 	return domainxml.MAC(string(cr.GetUID()))
 }
 
-// observeOnly is true when the resource may only be observed (an import).
-func observeOnly(cr *v1alpha1.KVMDomain) bool {
-	p := cr.GetManagementPolicies()
-	return len(p) == 1 && p[0] == xpv2.ManagementActionObserve
+// observeOnly is true when the resource may only be observed (an import). It is
+// crossplane-runtime's own decision, so it agrees with the managed reconciler's: with
+// management policies disabled (--enable-management-policies=false) nothing is observe-only.
+func (e *external) observeOnly(cr *v1alpha1.KVMDomain) bool {
+	return managed.NewManagementPoliciesResolver(e.policies, cr.GetManagementPolicies()).ShouldOnlyObserve()
 }
 
 func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalObservation, error) {
@@ -169,7 +170,7 @@ func reportFound(cr *v1alpha1.KVMDomain, t target, d libvirt.DomainInfo, importe
 // before Create is asked for.
 func (e *external) observeAbsent(ctx context.Context, cr *v1alpha1.KVMDomain, t target) (managed.ExternalObservation, error) {
 	switch {
-	case meta.WasDeleted(cr) && observeOnly(cr):
+	case meta.WasDeleted(cr) && e.observeOnly(cr):
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	case meta.WasDeleted(cr):
 		verr := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner)

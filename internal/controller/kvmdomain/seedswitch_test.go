@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"libvirt.org/go/libvirtxml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -48,7 +49,7 @@ func TestSeedSwitch(t *testing.T) {
 	legacy := names.SeedVolume("team-a", "seed", seedUID)
 	current := names.SeedContent("team-a", "seed", seedUID, sum)
 	baseVol := "pkvm-base-old.qcow2"
-	withSeed := func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.SeedVolumeName = ptr("seed") }
+	withSeed := func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.SeedVolumeName = ptr.To("seed") }
 	seedObj := func(vol string, ready bool) *v1alpha1.SeedVolume {
 		sv := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "seed", UID: seedUID}}
 		sv.Status.AtProvider.VolumeName, sv.Status.AtProvider.ISOSHA256, sv.Status.AtProvider.Pool = vol, sum, pool

@@ -26,8 +26,8 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
-	"github.com/provider-kvm/provider-kvm/internal/testbed"
-	"github.com/provider-kvm/provider-kvm/internal/testenv"
+	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
+	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // A user-data that a YAML round trip would damage: 1.10 would become 1.1, the comment would go.
@@ -72,7 +72,7 @@ func isoFiles(iso []byte) (map[string][]byte, error) {
 // real libvirt test bed, through real SSH.
 func TestSeedVolumeOnRealHost(t *testing.T) {
 	tb := testbed.Require(t)
-	env := testenv.Start(t)
+	env := controlplane.Start(t)
 	env.HostConfig(t, tb, "default")
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
@@ -112,7 +112,7 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 			return nil
 		}
 	}
-	testenv.Eventually(t, 2*time.Minute, "SeedVolume Ready", ready(""))
+	controlplane.Eventually(t, 2*time.Minute, "SeedVolume Ready", ready(""))
 
 	// The volume on the host holds exactly the bytes we asked for.
 	lv := libvirt.New(tb.Connect(t))
@@ -145,7 +145,7 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	if err := os.Truncate(sv.Status.AtProvider.Path, 4096); err != nil {
 		t.Fatalf("truncate seed volume: %v", err)
 	}
-	testenv.Eventually(t, time.Minute, "truncated seed repaired", func() error {
+	controlplane.Eventually(t, time.Minute, "truncated seed repaired", func() error {
 		// The torn volume is removed and published again: it is missing for a moment.
 		got, err := download()
 		if err != nil {
@@ -184,7 +184,7 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	if err := kube.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, "edited user-data uploaded", ready(oldSHA))
+	controlplane.Eventually(t, time.Minute, "edited user-data uploaded", ready(oldSHA))
 	if got := string(readISO(t, hostISO())["user-data"]); got != userData+"# edited\n" {
 		t.Errorf("edited user-data on the host: %q", got)
 	}
@@ -203,7 +203,7 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	}
 	// Once no domain uses it, the next poll removes it and its record.
 	undefine()
-	testenv.Eventually(t, time.Minute, "unused earlier seed removed", func() error {
+	controlplane.Eventually(t, time.Minute, "unused earlier seed removed", func() error {
 		if _, err := os.Stat(firstPath); !os.IsNotExist(err) {
 			return errorf("%s still there (%v)", firstPath, err)
 		}
@@ -219,13 +219,13 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	if err := kube.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, "large seed published", ready(sv.Status.AtProvider.ISOSHA256))
+	controlplane.Eventually(t, time.Minute, "large seed published", ready(sv.Status.AtProvider.ISOSHA256))
 	bigSHA, bigSize := sv.Status.AtProvider.ISOSHA256, sv.Status.AtProvider.SizeBytes
 	sec.Data["user-data"] = []byte("#cloud-config\n")
 	if err := kube.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, "shrunk seed published", ready(bigSHA))
+	controlplane.Eventually(t, time.Minute, "shrunk seed published", ready(bigSHA))
 	if sv.Status.AtProvider.SizeBytes >= bigSize {
 		t.Errorf("the shrunk seed is %d bytes, not less than %d", sv.Status.AtProvider.SizeBytes, bigSize)
 	}
@@ -260,7 +260,7 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 		if err := kube.Create(ctx, lost); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, time.Minute, "connection failure reported", func() error {
+		controlplane.Eventually(t, time.Minute, "connection failure reported", func() error {
 			if err := kube.Get(ctx, client.ObjectKeyFromObject(lost), lost); err != nil {
 				return err
 			}
@@ -286,7 +286,7 @@ func TestSeedVolumeOnRealHost(t *testing.T) {
 	if err := kube.Delete(ctx, sv); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, "SeedVolume deleted", func() error {
+	controlplane.Eventually(t, time.Minute, "SeedVolume deleted", func() error {
 		if err := kube.Get(ctx, key, sv); !kerrors.IsNotFound(err) {
 			return errorf("still present (%v)", err)
 		}

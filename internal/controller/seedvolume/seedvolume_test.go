@@ -16,9 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
@@ -252,25 +254,25 @@ func TestObserve(t *testing.T) {
 		"NoRecord": {
 			reason: "a volume of our name without an ownership record is never taken over",
 			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.new, noRecord: true}}},
-			errSub: "carries no ownership record",
-			want:   after{Err: "carries no ownership record", Host: map[string]string{f.newVol: "new"}},
+			wantErr: noRecord(f.newVol),
+			want:    after{Host: map[string]string{f.newVol: "new"}},
 		},
 		"ForeignRecord": {
 			reason: "a volume whose record names another resource is refused",
 			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.new, owner: them}}},
-			errSub: "it belongs to SeedVolume other/web",
-			want:   after{Err: "it belongs to SeedVolume other/web", Host: map[string]string{f.newVol: "new", f.newVol + " record": them.UID}},
+			wantErr: theirs(f.newVol),
+			want:    after{Host: map[string]string{f.newVol: "new", f.newVol + " record": them.UID}},
 		},
 		"ExternalNameOfAnother": {
 			reason: "an external name pointing at another namespace's seed is refused before any call",
 			cr:     cr(externalName(victim)), host: hostState{vols: map[string]vol{victim: victimVol}},
-			errSub: "is not the name of this SeedVolume's volume",
-			want:   after{Err: "is not the name of this SeedVolume's volume", Host: map[string]string{victim: "victim", victim + " record": them.UID}},
+			wantErr: errors.Errorf(errExternalName, victim, legacy, legacy),
+			want:    after{Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 		"LookupFails": {
 			reason: "a failed lookup is an error",
 			cr:     cr(), host: hostState{fail: func(string, string, string) error { return context.DeadlineExceeded }},
-			errSub: errLookup, want: after{Err: errLookup, Host: map[string]string{}},
+			wantErr: errors.Wrap(context.DeadlineExceeded, errLookup), want: after{Host: map[string]string{}},
 		},
 		"DeletingOurs": {
 			reason: "while deleting, our volumes exist so that Delete removes them",
@@ -313,12 +315,12 @@ func TestCreate(t *testing.T) {
 		"ForeignRecord": {
 			reason: "another's record at our name stops the create",
 			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {owner: them}}},
-			errSub: "it belongs to", want: after{Err: "it belongs to", Host: map[string]string{f.newVol + " record": them.UID}},
+			wantErr: errors.Wrap(theirs(f.newVol), errCreate), want: after{Host: map[string]string{f.newVol + " record": them.UID}},
 		},
 		"ExternalNameOfAnother": {
 			reason: "an external name of another's volume creates nothing and touches nothing",
 			cr:     cr(externalName(victim)), host: hostState{vols: map[string]vol{victim: {data: f.victim, owner: them}}},
-			errSub: "is not the name", want: after{Err: "is not the name", Host: map[string]string{victim: "victim", victim + " record": them.UID}},
+			wantErr: errors.Errorf(errExternalName, victim, legacy, legacy), want: after{Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 		"CreateFails": {
 			reason: "a failed volume create is an error (the record stays, ours)",
@@ -328,7 +330,7 @@ func TestCreate(t *testing.T) {
 				}
 				return nil
 			}},
-			errSub: errCreate, want: after{Err: errCreate, Host: map[string]string{f.newVol + " record": uid}},
+			wantErr: errors.Wrap(context.DeadlineExceeded, errCreate), want: after{Host: map[string]string{f.newVol + " record": uid}},
 		},
 		"UploadFails": {
 			reason: "a failed upload is an error; the next Observe reads back what it left",
@@ -338,7 +340,7 @@ func TestCreate(t *testing.T) {
 				}
 				return nil
 			}},
-			errSub: errUpload, want: after{Err: errUpload, Host: map[string]string{f.newVol: "other", f.newVol + " record": uid}},
+			wantErr: errors.Wrap(context.DeadlineExceeded, errUpload), want: after{Host: map[string]string{f.newVol: "other", f.newVol + " record": uid}},
 		},
 		"SecretMissing": {
 			reason: "bad input creates nothing on the host",
@@ -382,12 +384,12 @@ func TestUpdate(t *testing.T) {
 		"TornWithoutOurRecord": {
 			reason: "a volume of the new content's name without our record is never rewritten",
 			cr:     edited(), host: hostState{vols: map[string]vol{f.newVol: {data: f.corrupt, noRecord: true}}},
-			errSub: "carries no ownership record", want: after{Err: "carries no ownership record", Host: map[string]string{f.newVol: "other"}},
+			wantErr: noRecord(f.newVol), want: after{Host: map[string]string{f.newVol: "other"}},
 		},
 		"ExternalNameOfAnother": {
 			reason: "an external name of another's volume writes nothing",
 			cr:     edited(externalName(victim)), host: hostState{vols: map[string]vol{victim: {data: f.victim, owner: them}}},
-			errSub: "is not the name", want: after{Err: "is not the name", Host: map[string]string{victim: "victim", victim + " record": them.UID}},
+			wantErr: errors.Errorf(errExternalName, victim, legacy, legacy), want: after{Host: map[string]string{victim: "victim", victim + " record": them.UID}},
 		},
 	}
 	runCases(t, "Update", cases, f.labels, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
@@ -431,7 +433,7 @@ func TestDelete(t *testing.T) {
 				}
 				return nil
 			}},
-			errSub: errUsers, want: after{Err: errUsers, Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid}},
+			wantErr: errors.Wrap(context.DeadlineExceeded, errUsers), want: after{Host: map[string]string{f.oldVol: "old", f.oldVol + " record": uid}},
 		},
 	}
 	runCases(t, "Delete", cases, f.labels, func(e *external, cr *v1alpha1.SeedVolume) (managed.ExternalObservation, error) {
@@ -440,13 +442,26 @@ func TestDelete(t *testing.T) {
 	})
 }
 
+// noRecord and theirs are the ownership package's refusals of a volume without a record and
+// of one whose record names them.
+func noRecord(vol string) error {
+	return &ownership.NotOwnedError{Volume: vol, Why: "it carries no ownership record"}
+}
+func theirs(vol string) error {
+	return &ownership.NotOwnedError{Volume: vol, Why: "it belongs to " + them.String()}
+}
+
 // opCase is one table case of an external client method.
 type opCase struct {
 	reason string
 	cr     *v1alpha1.SeedVolume
 	host   hostState
-	errSub string
-	want   after
+	// wantErr is the error, compared with test.EquateErrors (so a wrong wrap fails); a case
+	// whose error is built from values the case cannot see gives a substring in errSub and
+	// want.Err instead.
+	wantErr error
+	errSub  string
+	want    after
 }
 
 // runCases runs call on a fresh fake host for each case and compares the result, the status
@@ -464,7 +479,11 @@ func runCases(t *testing.T, op string, cases map[string]opCase, labels map[strin
 			s.Fail = nil
 			got := after{Exists: o.ResourceExists, UpToDate: o.ResourceUpToDate, Host: summarize(t, s, labels),
 				Current: sv.Status.AtProvider.VolumeName, Retired: sv.Status.AtProvider.RetiredVolumes}
-			if err != nil {
+			if tc.wantErr != nil || err == nil {
+				if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+					t.Errorf("%s\n%s(): -want error, +got error:\n%s", tc.reason, op, diff)
+				}
+			} else {
 				got.Err = err.Error()
 				if tc.errSub != "" && strings.Contains(got.Err, tc.errSub) {
 					got.Err = tc.errSub

@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -23,9 +24,9 @@ func TestInputOf(t *testing.T) {
 		o    client.Object
 		want []reconcile.Request
 	}{
-		"NamesASeed":    {o: dom(ptr("vm-seed")), want: []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "vm-seed"}}}},
+		"NamesASeed":    {o: dom(ptr.To("vm-seed")), want: []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "vm-seed"}}}},
 		"NamesNone":     {o: dom(nil)},
-		"EmptyName":     {o: dom(ptr(""))},
+		"EmptyName":     {o: dom(ptr.To(""))},
 		"NotAKVMDomain": {o: &v1alpha1.SeedVolume{}},
 	}
 	for name, tc := range cases {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -32,17 +33,17 @@ func TestPollHook(t *testing.T) {
 		poll    time.Duration
 		want    time.Duration
 	}{
-		"Ready":                           {reason: "a Ready resource polls at --poll", cond: ptr(at(xpv2.Available(), time.Hour)), poll: time.Minute, want: time.Minute},
+		"Ready":                           {reason: "a Ready resource polls at --poll", cond: ptr.To(at(xpv2.Available(), time.Hour)), poll: time.Minute, want: time.Minute},
 		"JustCreated":                     {reason: "a new resource without conditions is looked at after a second", created: 0, poll: time.Minute, want: time.Second},
-		"Booting":                         {reason: "a guest booting for 30 s: a second", cond: ptr(at(xpv2.Unavailable(), 30*time.Second)), poll: time.Minute, want: time.Second},
-		"WaitedTwoMinutes":                {reason: "two minutes not Ready: three seconds", cond: ptr(at(xpv2.Creating(), 2*time.Minute)), poll: time.Minute, want: 3 * time.Second},
-		"StuckForAnHour":                  {reason: "an hour not Ready: back at --poll", cond: ptr(at(xpv2.Unavailable(), time.Hour)), poll: time.Minute, want: time.Minute},
-		"ShortPoll":                       {reason: "a --poll shorter than the backoff wins", cond: ptr(at(xpv2.Unavailable(), 10*time.Minute)), poll: 5 * time.Second, want: 5 * time.Second},
-		"PollUnderASecond":                {reason: "a --poll under a second is kept", cond: ptr(at(xpv2.Unavailable(), 0)), poll: 500 * time.Millisecond, want: 500 * time.Millisecond},
-		"NotReadyWithoutTimeUsesCreation": {reason: "a condition without a time counts from creation", cond: ptr(at(xpv2.Unavailable(), 0)), zeroTime: true, created: 5 * time.Minute, poll: time.Minute, want: 6 * time.Second},
-		"JustUpdated":                     {reason: "a Ready resource just updated is looked at after a second", cond: ptr(at(xpv2.Available(), time.Hour)), updated: true, poll: time.Minute, want: time.Second},
-		"JustUpdatedShortPoll":            {reason: "a --poll under a second stays", cond: ptr(at(xpv2.Available(), time.Hour)), updated: true, poll: 500 * time.Millisecond, want: 500 * time.Millisecond},
-		"ClockSkew":                       {reason: "a transition in the future counts as now", cond: ptr(at(xpv2.Unavailable(), -time.Minute)), poll: time.Minute, want: time.Second},
+		"Booting":                         {reason: "a guest booting for 30 s: a second", cond: ptr.To(at(xpv2.Unavailable(), 30*time.Second)), poll: time.Minute, want: time.Second},
+		"WaitedTwoMinutes":                {reason: "two minutes not Ready: three seconds", cond: ptr.To(at(xpv2.Creating(), 2*time.Minute)), poll: time.Minute, want: 3 * time.Second},
+		"StuckForAnHour":                  {reason: "an hour not Ready: back at --poll", cond: ptr.To(at(xpv2.Unavailable(), time.Hour)), poll: time.Minute, want: time.Minute},
+		"ShortPoll":                       {reason: "a --poll shorter than the backoff wins", cond: ptr.To(at(xpv2.Unavailable(), 10*time.Minute)), poll: 5 * time.Second, want: 5 * time.Second},
+		"PollUnderASecond":                {reason: "a --poll under a second is kept", cond: ptr.To(at(xpv2.Unavailable(), 0)), poll: 500 * time.Millisecond, want: 500 * time.Millisecond},
+		"NotReadyWithoutTimeUsesCreation": {reason: "a condition without a time counts from creation", cond: ptr.To(at(xpv2.Unavailable(), 0)), zeroTime: true, created: 5 * time.Minute, poll: time.Minute, want: 6 * time.Second},
+		"JustUpdated":                     {reason: "a Ready resource just updated is looked at after a second", cond: ptr.To(at(xpv2.Available(), time.Hour)), updated: true, poll: time.Minute, want: time.Second},
+		"JustUpdatedShortPoll":            {reason: "a --poll under a second stays", cond: ptr.To(at(xpv2.Available(), time.Hour)), updated: true, poll: 500 * time.Millisecond, want: 500 * time.Millisecond},
+		"ClockSkew":                       {reason: "a transition in the future counts as now", cond: ptr.To(at(xpv2.Unavailable(), -time.Minute)), poll: time.Minute, want: time.Second},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -67,8 +68,6 @@ func TestPollHook(t *testing.T) {
 		})
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // fakeClient is a typed external client of function fields.
 type fakeClient struct {

@@ -1,0 +1,393 @@
+package crossplane
+
+import (
+	"encoding/base64"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/golden from what crossplane render prints now")
+
+// Paths relative to the repository root, where crossplane render runs.
+const (
+	xrdV2             = "package/configuration/xrd.yaml"
+	xrdLegacy         = "package/configuration/xrd-legacy.yaml"
+	compositionV2     = "package/configuration/composition.yaml"
+	compositionLegacy = "package/configuration/composition-legacy.yaml"
+	proxyMinimal      = "internal/function/testdata/proxy-minimal.yaml"
+	proxyFull         = "internal/function/testdata/proxy-full.yaml"
+	proxyClaim        = "internal/function/testdata/proxyclaim.yaml"
+	testdata          = "test/crossplane/testdata"
+)
+
+// renderCase is one `crossplane render` run. Its output is compared with
+// testdata/golden/<name>.yaml; check asserts what matters in it on top of that.
+type renderCase struct {
+	name        string
+	xr          string // relative to the repository root; "" for the XProxy made from proxyClaim
+	composition string
+	xrd         string
+	observed    string // --observed-resources, optional
+	fullXR      bool   // --include-full-xr: print the XR's spec as defaulted by --xrd
+	wantFail    bool   // render exits non-zero (a fatal result)
+	check       func(t *testing.T, out rendered)
+}
+
+// TestRender renders the Proxy Compositions with function-kvm-proxy and function-auto-ready
+// running as local processes, as Crossplane would compose them.
+func TestRender(t *testing.T) {
+	cli := crossplaneCLI(t)
+	ar := autoReady(t)
+	dir := t.TempDir()
+	targets := map[string]string{
+		fnKVMProxy:  startFunction(t, fnKVMProxy, buildFunction(t, dir)),
+		fnAutoReady: startFunction(t, fnAutoReady, ar),
+	}
+	functions := writeFunctions(t, dir, targets)
+	legacyXR := xproxyFromClaim(t, dir)
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cases := []renderCase{
+		{
+			name: "proxy-minimal", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2, fullXR: true,
+			check: func(t *testing.T, out rendered) {
+				out.wantDefaults(t)
+				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy"})
+				out.wantReady(t, "False", "Creating")
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy")
+				d := out.composed(t, "domain")
+				wantField(t, d, "spec.forProvider.baseImageRef.name", "debian-12")
+				wantField(t, d, "spec.forProvider.seedVolumeRef.name", "egress-seed")
+				wantField(t, d, "spec.forProvider.readinessProbe.httpProxy.port", int64(3128))
+				wantField(t, d, "spec.forProvider.readinessProbe.httpProxy.url", "http://192.168.122.1:8204/")
+				wantField(t, d, "spec.forProvider.readinessProbe.httpProxy.expectedStatus", int64(204))
+				wantField(t, d, "spec.forProvider.vcpu", int64(1))        // XRD default
+				wantField(t, d, "spec.forProvider.memoryMiB", int64(512)) // XRD default
+				wantField(t, d, "spec.providerConfigRef.name", "default")
+				out.wantUserData(t, "#cloud-config", "http_port 3128", "acl proxy_clients src 10.0.0.0/8", "visible_hostname egress")
+			},
+		},
+		{
+			name: "proxy-full", xr: proxyFull, composition: compositionV2, xrd: xrdV2,
+			check: func(t *testing.T, out rendered) {
+				out.wantComposed(t, "BaseImage/base-image/build-cache-image", "SeedVolume/seed/build-cache-seed", "KVMDomain/domain/build-cache", "Service/service/build-cache-proxy")
+				bi := out.composed(t, "base-image")
+				wantField(t, bi, "spec.forProvider.source.url", "http://192.168.122.1:8000/debian-12-testbed.qcow2")
+				wantField(t, bi, "spec.forProvider.source.sha256", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
+				d := out.composed(t, "domain")
+				wantField(t, d, "spec.forProvider.baseImageRef.name", "build-cache-image")
+				wantField(t, d, "spec.forProvider.vcpu", int64(2))
+				wantField(t, d, "spec.forProvider.diskSizeGiB", int64(8))
+				wantField(t, d, "spec.forProvider.readinessProbe.httpProxy.port", int64(8080))
+				wantField(t, d, "spec.providerConfigRef.name", "lab")
+				out.wantUserData(t, "http_port 8080", "acl proxy_clients src 10.42.0.0/16", "http_access deny blocked", "ops@example.org")
+			},
+		},
+		{
+			name: "xproxy-from-claim", composition: compositionLegacy, xrd: xrdLegacy, fullXR: true,
+			check: func(t *testing.T, out rendered) {
+				out.wantDefaults(t)
+				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy"})
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy")
+				for _, o := range out.objects[1:] {
+					if o.GetKind() != "Result" && o.GetNamespace() != "team-c" {
+						t.Errorf("%s %s is composed into namespace %q, want the claim's namespace team-c", o.GetKind(), o.GetName(), o.GetNamespace())
+					}
+				}
+			},
+		},
+		{
+			name: "proxy-booting", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2,
+			observed: testdata + "/observed-booting.yaml",
+			check: func(t *testing.T, out rendered) {
+				out.wantStatus(t, map[string]any{"phase": "Booting", "message": "running; waiting for the guest's IPv4 address", "secretName": "egress-proxy"})
+				out.wantReady(t, "False", "Creating")
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy")
+			},
+		},
+		{
+			name: "proxy-ready", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2,
+			observed: testdata + "/observed-ready.yaml",
+			check: func(t *testing.T, out rendered) {
+				out.wantStatus(t, map[string]any{
+					"phase": "Ready", "message": "", "secretName": "egress-proxy",
+					"ip": "192.168.122.57", "url": "http://egress-proxy.team-a.svc:3128",
+				})
+				out.wantReady(t, "True", "Available")
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy", "EndpointSlice/endpoints/egress-proxy", "Secret/secret/egress-proxy")
+				data, _, _ := unstructured.NestedStringMap(out.composed(t, "secret").Object, "data")
+				got := map[string]string{}
+				for k, v := range data {
+					b, err := base64.StdEncoding.DecodeString(v)
+					if err != nil {
+						t.Errorf("Secret key %s is not base64: %v", k, err)
+					}
+					got[k] = string(b)
+				}
+				want := map[string]string{"url": "http://egress-proxy.team-a.svc:3128", "host": "egress-proxy.team-a.svc", "ip": "192.168.122.57", "port": "3128"}
+				if d := cmp.Diff(want, got); d != "" {
+					t.Errorf("Secret egress-proxy data (-want +got):\n%s", d)
+				}
+			},
+		},
+		{
+			name: "proxy-bad-cidrs", xr: testdata + "/proxy-bad.yaml", composition: compositionV2, xrd: xrdV2,
+			wantFail: true,
+			check: func(t *testing.T, out rendered) {
+				for _, s := range []string{
+					`Proxy team-a/broken`,
+					`spec.allowedCIDRs[1]: "300.1.2.0/24" is not a CIDR`,
+					`spec.allowedCIDRs[2]: "192.168.0.0/99" is not a CIDR`,
+				} {
+					if !strings.Contains(out.stderr, s) {
+						t.Errorf("render's error does not say %q:\n%s", s, out.stderr)
+					}
+				}
+				// render stops at a fatal result and prints no object at all; that the
+				// function's own response holds no composed resources is tested in
+				// internal/function (TestRunFunctionInvalid).
+				for _, o := range out.objects {
+					if o.GetKind() != "Result" {
+						t.Errorf("a fatal result composed %s %s; want nothing", o.GetKind(), o.GetName())
+					}
+				}
+			},
+		},
+	}
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			xr := tc.xr
+			if xr == "" {
+				xr = legacyXR
+			}
+			args := []string{"render", xr, tc.composition, functions, "--xrd=" + tc.xrd, "--include-function-results"}
+			if tc.observed != "" {
+				args = append(args, "--observed-resources="+tc.observed)
+			}
+			if tc.fullXR {
+				args = append(args, "--include-full-xr")
+			}
+			r := run(t, root, nil, cli, args...)
+			t.Logf("crossplane render took %v", r.took.Round(time.Millisecond))
+			if failed := r.err != nil; failed != tc.wantFail {
+				t.Fatalf("render failed=%v (%v), want failed=%v\nstdout:\n%s\nstderr:\n%s", failed, r.err, tc.wantFail, r.stdout, r.stderr)
+			}
+			got := goldenText(r, tc.wantFail)
+			compareGolden(t, filepath.Join("testdata", "golden", tc.name+".yaml"), got)
+			out := rendered{objects: decodeAll(t, []byte(r.stdout)), stderr: r.stderr}
+			tc.check(t, out)
+		})
+	}
+}
+
+// goldenText is what a golden file holds: render's stdout, and for a failed render also its
+// error message. render's output has nothing nondeterministic for these inputs (composed
+// resources come sorted, condition times are a fixed placeholder, the functions' own
+// output is deterministic), so nothing is normalised but one thing: the error message names
+// the functions file by its temporary path, which is replaced by functions.yaml.
+func goldenText(r result, failed bool) string {
+	if !failed {
+		return r.stdout
+	}
+	msg := tempPath.ReplaceAllString(strings.TrimSpace(r.stderr), "functions.yaml")
+	return "# crossplane render exited non-zero; its error:\n# " +
+		strings.ReplaceAll(msg, "\n", "\n# ") + "\n" + r.stdout
+}
+
+var tempPath = regexp.MustCompile(`/\S*/functions\.yaml`)
+
+func compareGolden(t *testing.T, file, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", file)
+		return
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (go test ./test/crossplane -run TestRender -update writes it)", err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("crossplane render output differs from %s (-want +got); if the change is intended, rerun with -update:\n%s", file, d)
+	}
+}
+
+// xproxyFromClaim writes the XProxy that Crossplane's claim reconciler would create for
+// internal/function/testdata/proxyclaim.yaml: the claim's spec without its connection
+// secret reference, a claimRef, the claim labels, and a generated name (fixed here).
+func xproxyFromClaim(t *testing.T, dir string) string {
+	t.Helper()
+	objs := readObjects(t, filepath.Join(repoRoot, proxyClaim))
+	if len(objs) != 1 || objs[0].GetKind() != "ProxyClaim" {
+		t.Fatalf("%s: want one ProxyClaim", proxyClaim)
+	}
+	claim := objs[0]
+	spec, _, _ := unstructured.NestedMap(claim.Object, "spec")
+	delete(spec, "writeConnectionSecretToRef")
+	spec["claimRef"] = map[string]any{
+		"apiVersion": claim.GetAPIVersion(), "kind": claim.GetKind(),
+		"name": claim.GetName(), "namespace": claim.GetNamespace(),
+	}
+	xr := map[string]any{
+		"apiVersion": claim.GetAPIVersion(),
+		"kind":       "XProxy",
+		"metadata": map[string]any{
+			"name": claim.GetName() + "-x7k2p",
+			"labels": map[string]any{
+				"crossplane.io/claim-name":      claim.GetName(),
+				"crossplane.io/claim-namespace": claim.GetNamespace(),
+			},
+		},
+		"spec": spec,
+	}
+	b, err := yaml.Marshal(xr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(dir, "xproxy.yaml")
+	if err := os.WriteFile(f, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// rendered is crossplane render's output: the XR first, then composed resources and results.
+type rendered struct {
+	objects []*unstructured.Unstructured
+	stderr  string
+}
+
+func (r rendered) xr(t *testing.T) *unstructured.Unstructured {
+	t.Helper()
+	if len(r.objects) == 0 {
+		t.Fatal("render printed nothing")
+	}
+	return r.objects[0]
+}
+
+func (r rendered) wantStatus(t *testing.T, want map[string]any) {
+	t.Helper()
+	st, _, _ := unstructured.NestedMap(r.xr(t).Object, "status")
+	delete(st, "conditions")
+	if d := cmp.Diff(want, st); d != "" {
+		t.Errorf("XR status (-want +got):\n%s", d)
+	}
+}
+
+// wantDefaults checks that --xrd applied the XRD's defaults to the XR's spec (the function
+// defaults the same fields itself, so the composed resources alone would not show it).
+func (r rendered) wantDefaults(t *testing.T) {
+	t.Helper()
+	xr := r.xr(t)
+	wantField(t, xr, "spec.host", "default")
+	wantField(t, xr, "spec.vcpu", int64(1))
+	wantField(t, xr, "spec.memoryMiB", int64(512))
+	wantField(t, xr, "spec.port", int64(3128))
+	wantField(t, xr, "spec.probe.expectedStatus", int64(204))
+	wantField(t, xr, "spec.allowedCIDRs", []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"})
+}
+
+func (r rendered) wantReady(t *testing.T, status, reason string) {
+	t.Helper()
+	conds, _, _ := unstructured.NestedSlice(r.xr(t).Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Ready" {
+			if m["status"] != status || m["reason"] != reason {
+				t.Errorf("XR Ready condition is %v/%v (%v), want %s/%s", m["status"], m["reason"], m["message"], status, reason)
+			}
+			return
+		}
+	}
+	t.Errorf("XR has no Ready condition: %v", conds)
+}
+
+// composedKeys lists composed resources as Kind/composition-resource-name/name.
+func (r rendered) composedKeys() []string {
+	var keys []string
+	for _, o := range r.objects[1:] {
+		if o.GetKind() == "Result" {
+			continue
+		}
+		keys = append(keys, o.GetKind()+"/"+o.GetAnnotations()["crossplane.io/composition-resource-name"]+"/"+o.GetName())
+	}
+	return keys
+}
+
+func (r rendered) wantComposed(t *testing.T, want ...string) {
+	t.Helper()
+	if d := cmp.Diff(want, r.composedKeys(), sortStrings); d != "" {
+		t.Errorf("composed resources (-want +got):\n%s", d)
+	}
+}
+
+var sortStrings = cmp.Transformer("sort", func(in []string) []string {
+	out := append([]string(nil), in...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+})
+
+func (r rendered) composed(t *testing.T, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range r.objects[1:] {
+		if o.GetAnnotations()["crossplane.io/composition-resource-name"] == name {
+			return o
+		}
+	}
+	t.Fatalf("no composed resource %q in %v", name, r.composedKeys())
+	return nil
+}
+
+// userData returns the composed SeedVolume's user-data.
+func (r rendered) userData(t *testing.T) string {
+	t.Helper()
+	ud, ok, _ := unstructured.NestedString(r.composed(t, "seed").Object, "spec", "forProvider", "userData")
+	if !ok {
+		t.Fatal("the SeedVolume has no spec.forProvider.userData")
+	}
+	return ud
+}
+
+// wantUserData fails unless the composed SeedVolume's user-data contains every line part.
+func (r rendered) wantUserData(t *testing.T, parts ...string) {
+	t.Helper()
+	ud := r.userData(t)
+	for _, s := range parts {
+		if !strings.Contains(ud, s) {
+			t.Errorf("seed user-data lacks %q:\n%s", s, ud)
+		}
+	}
+}
+
+func wantField(t *testing.T, o *unstructured.Unstructured, path string, want any) {
+	t.Helper()
+	got, ok, err := unstructured.NestedFieldNoCopy(o.Object, strings.Split(path, ".")...)
+	if err != nil || !ok {
+		t.Errorf("%s %s has no %s", o.GetKind(), o.GetName(), path)
+		return
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("%s %s %s (-want +got):\n%s", o.GetKind(), o.GetName(), path, d)
+	}
+}

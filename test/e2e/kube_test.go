@@ -1,0 +1,741 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	xpextv1 "github.com/crossplane/crossplane/apis/v2/apiextensions/v1"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	pkgv1 "github.com/crossplane/crossplane/apis/v2/pkg/v1"
+
+	"github.com/provider-kvm/provider-kvm/apis"
+)
+
+// The Proxy API (package/configuration) has no Go types: its XRs and claims are unstructured.
+var (
+	gvkProxy      = schema.GroupVersionKind{Group: "platform.kvm.crossplane.io", Version: "v1alpha1", Kind: "Proxy"}
+	gvkProxyClaim = schema.GroupVersionKind{Group: "platform.kvm.crossplane.io", Version: "v1alpha1", Kind: "ProxyClaim"}
+	gvkXProxy     = schema.GroupVersionKind{Group: "platform.kvm.crossplane.io", Version: "v1alpha1", Kind: "XProxy"}
+)
+
+// Function names as the Compositions refer to them (package/configuration/crossplane.yaml).
+const (
+	fnProxy     = "provider-kvm-function-kvm-proxy"
+	fnAutoReady = "crossplane-contrib-function-auto-ready"
+	fieldOwner  = "provider-kvm-e2e"
+)
+
+// newClient is a controller-runtime client for the control plane of E2E_WORK, with the Go
+// types of Kubernetes, the provider (apis/v1alpha1) and Crossplane's packages and XRDs.
+func newClient(cfg config) (client.Client, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", cfg.Kubeconfig, err)
+	}
+	rc.QPS, rc.Burst = 50, 100
+	rc.Timeout = 30 * time.Second
+	s := kruntime.NewScheme()
+	for _, add := range []func(*kruntime.Scheme) error{
+		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, apis.AddToScheme, pkgv1.AddToScheme, xpextv1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return client.New(rc, client.Options{Scheme: s})
+}
+
+// apiReady: the API server answers /readyz.
+func apiReady(ctx context.Context, c client.Client) bool {
+	ns := &corev1.NamespaceList{}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.List(ctx, ns, client.Limit(1)) == nil
+}
+
+// ------------------------------------------------------------------ manifests
+
+var placeholder = regexp.MustCompile(`@([A-Z0-9_]+)@`)
+
+// render replaces every @KEY@ of a manifest by vals[KEY]; a key without a value is an error.
+func render(text string, vals map[string]string) (string, error) {
+	var missing []string
+	out := placeholder.ReplaceAllStringFunc(text, func(m string) string {
+		k := m[1 : len(m)-1]
+		v, ok := vals[k]
+		if !ok || v == "" {
+			missing = append(missing, k)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("no value for %s", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+// objects renders cluster/e2e/manifests/FILE and decodes its documents.
+func (e *env) objects(file string, vals map[string]string) ([]*unstructured.Unstructured, error) {
+	b, err := os.ReadFile(filepath.Join(e.cfg.Manifests, file))
+	if err != nil {
+		return nil, err
+	}
+	text, err := render(string(b), vals)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", file, err)
+	}
+	return decode(file, text)
+}
+
+// decode reads the YAML documents of text (from file) as objects.
+func decode(file, text string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	r := k8syaml.NewYAMLReader(bufio.NewReader(strings.NewReader(text)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+// apply renders a manifest and applies each of its objects (server-side apply).
+func (e *env) apply(ctx context.Context, file string, vals map[string]string) error {
+	objs, err := e.objects(file, vals)
+	if err != nil {
+		return err
+	}
+	return e.applyObjects(ctx, file, objs)
+}
+
+// applyText applies the objects of text, read from file.
+func (e *env) applyText(ctx context.Context, file, text string) error {
+	objs, err := decode(file, text)
+	if err != nil {
+		return err
+	}
+	return e.applyObjects(ctx, file, objs)
+}
+
+func (e *env) applyObjects(ctx context.Context, file string, objs []*unstructured.Unstructured) error {
+	for _, u := range objs {
+		if err := e.c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+			return fmt.Errorf("apply %s %s from %s: %w", u.GetKind(), u.GetName(), file, err)
+		}
+	}
+	return nil
+}
+
+// values are the manifests' placeholders.
+func (e *env) values() map[string]string {
+	a, b := e.cfg.hostNames()
+	base := filepath.Base(e.cfg.Image)
+	img := func(dir string) string {
+		return fmt.Sprintf("http://%s/%s/%s", net.JoinHostPort(e.cfg.ImageHost, fmt.Sprint(e.cfg.ImagePort)), dir, base)
+	}
+	return map[string]string{
+		"REGISTRY":       fmt.Sprintf("127.0.0.1:%d", e.cfg.RegistryPort),
+		"PKG_TAG":        e.cfg.PkgTag,
+		"IMAGE_PORT":     fmt.Sprint(e.cfg.ImagePort),
+		"IMAGE_HOST":     e.cfg.ImageHost,
+		"IMAGE_SHA256":   e.imageSHA256,
+		"IMAGE_URL_A":    img("a"),
+		"IMAGE_URL_B":    img("b"),
+		"IMAGE_URL_DEMO": img("demo"),
+		"PROBE_URL":      e.probeURL,
+		"VCPUS":          fmt.Sprint(e.cfg.VCPUs),
+		"MEM_MIB":        fmt.Sprint(e.cfg.MemMiB),
+		"IMAGE_URL_C":    img("c"),
+		"SSH_USER":       e.cfg.SSHUser,
+		"LIBVIRT_SOCKET": e.cfg.LibvirtSocket,
+		"LIBVIRT_URI":    e.cfg.LibvirtURI,
+		"HOST_A":         a,
+		"HOST_B":         b,
+		"GUEST_CIDR":     e.guestCIDR,
+	}
+}
+
+// hostValues are the values of clusterproviderconfig.yaml for one host.
+func hostValues(vals map[string]string, h hostConfig) map[string]string {
+	v := maps.Clone(vals)
+	v["PC_NAME"], v["SSH_HOST"], v["SSH_PORT"], v["POOL"], v["ATTACHMENT"] = h.Name, h.SSHHost, fmt.Sprint(h.SSHPort), h.Pool, h.attachment()
+	return v
+}
+
+// ------------------------------------------------------------------ waiting
+
+// waitFor polls check every interval until it returns nil, for at most timeout, and says so
+// every minute; the error names what was waited for and the last reason check gave.
+func waitFor(ctx context.Context, what string, interval, timeout time.Duration, check func(context.Context) error) error {
+	start, next := time.Now(), time.Minute
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
+		if last = check(ctx); last == nil {
+			return true, nil
+		}
+		if el := time.Since(start); el >= next {
+			logf("  still waiting for %s (%.0fs): %v", what, el.Seconds(), last)
+			next += time.Minute
+		}
+		return false, nil
+	})
+	if err == nil {
+		return nil
+	}
+	if last == nil {
+		last = err
+	}
+	return fmt.Errorf("timed out after %s waiting for %s: %v", timeout, what, last)
+}
+
+// conditionTrue is nil when the condition is True, else an error with its reason.
+func conditionTrue(kind, name string, c xpv2.Condition) error {
+	if c.Status == corev1.ConditionTrue {
+		return nil
+	}
+	if c.Status == "" {
+		return fmt.Errorf("%s %s has no %s condition yet", kind, name, c.Type)
+	}
+	return fmt.Errorf("%s %s: %s=%s %s: %s", kind, name, c.Type, c.Status, c.Reason, c.Message)
+}
+
+// unstructuredCondition returns the condition of type ct of an unstructured object.
+func unstructuredCondition(u *unstructured.Unstructured, ct xpv2.ConditionType) xpv2.Condition {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok || m["type"] != string(ct) {
+			continue
+		}
+		s := func(k string) string { v, _ := m[k].(string); return v }
+		return xpv2.Condition{Type: ct, Status: corev1.ConditionStatus(s("status")), Reason: xpv2.ConditionReason(s("reason")), Message: s("message")}
+	}
+	return xpv2.Condition{Type: ct}
+}
+
+func newUnstructured(gvk schema.GroupVersionKind, ns, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+// ------------------------------------------------------------------ installation
+
+// install does through the API what Crossplane's package runtime would do in a cluster
+// (docs/e2e.md, "What is done by hand"), installs the provider and configuration packages
+// from the loopback registry and configures the test bed as ClusterProviderConfig default.
+// Everything is applied, so running it against a control plane that has it already is fine.
+func (e *env) install(ctx context.Context) error {
+	t0 := time.Now()
+	vals := e.values()
+	if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crossplane-system"}}); err != nil && !kerrors.IsAlreadyExists(err) {
+		return err
+	}
+
+	var rev string
+	var err error
+	if e.cfg.Runtime == "node" {
+		// cluster/node/packages.sh installed the packages before the test: the package
+		// runtime runs the provider and both functions as pods.
+		rev, err = e.packagesAsPods(ctx)
+	} else {
+		rev, err = e.installLocal(ctx, vals)
+	}
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{"baseimages", "seedvolumes", "kvmdomains", "providerconfigs", "clusterproviderconfigs", "providerconfigusages"} {
+		name := p + ".kvm.crossplane.io"
+		if err := waitFor(ctx, "CRD "+name+" Established", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := e.c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+				if kerrors.IsNotFound(err) {
+					return errors.New("not created (ManagedResourceDefinition not activated? see its status)")
+				}
+				return err
+			}
+			for _, c := range crd.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return nil
+				}
+			}
+			return errors.New("not Established")
+		}); err != nil {
+			return err
+		}
+	}
+	logf("provider package installed: ProviderRevision %s healthy, managed resource CRDs established", rev)
+
+	if err := waitFor(ctx, "a healthy ConfigurationRevision of configuration-kvm-proxy", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+		l := &pkgv1.ConfigurationRevisionList{}
+		if err := e.c.List(ctx, l, client.MatchingLabels{"pkg.crossplane.io/package": "configuration-kvm-proxy"}); err != nil {
+			return err
+		}
+		if len(l.Items) == 0 {
+			return errors.New("none yet")
+		}
+		var errs []error
+		for i := range l.Items {
+			err := conditionTrue("ConfigurationRevision", l.Items[i].Name, l.Items[i].GetCondition(pkgv1.TypeRevisionHealthy))
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}); err != nil {
+		return err
+	}
+	for _, p := range []string{"proxies", "xproxies"} {
+		name := p + ".platform.kvm.crossplane.io"
+		if err := waitFor(ctx, "XRD "+name+" Established", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+			xrd := &xpextv1.CompositeResourceDefinition{}
+			if err := e.c.Get(ctx, client.ObjectKey{Name: name}, xrd); err != nil {
+				return err
+			}
+			return conditionTrue("XRD", name, xrd.GetCondition(xpextv1.TypeEstablished))
+		}); err != nil {
+			return err
+		}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: name}, &xpextv1.Composition{}); err != nil {
+			return fmt.Errorf("Composition %s: %w", name, err)
+		}
+	}
+	if err := waitFor(ctx, "XRD xproxies.platform.kvm.crossplane.io to offer its claim", 2*time.Second, 120*time.Second, func(ctx context.Context) error {
+		xrd := &xpextv1.CompositeResourceDefinition{}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: "xproxies.platform.kvm.crossplane.io"}, xrd); err != nil {
+			return err
+		}
+		return conditionTrue("XRD", xrd.Name, xrd.GetCondition(xpextv1.TypeOffered))
+	}); err != nil {
+		return err
+	}
+	logf("configuration package installed: XRDs Established (ProxyClaim offered), Compositions present (%ss)", secs(time.Since(t0)))
+
+	// Each host's sshd/libvirtd as a ClusterProviderConfig: the SSH key and the pinned
+	// known_hosts (every host's key) in one Secret; TCG guests (domainType qemu), the host's
+	// pool, its NAT network or its bridge.
+	key, err := os.ReadFile(e.cfg.SSHKey)
+	if err != nil {
+		return fmt.Errorf("the hosts' SSH key (TESTBED_SSH_KEY or LAN_SSH_KEY): %w", err)
+	}
+	kh, err := os.ReadFile(e.cfg.KnownHosts)
+	if err != nil {
+		return fmt.Errorf("the hosts' known_hosts (TESTBED_SSH_KNOWN_HOSTS or LAN_SSH_KNOWN_HOSTS): %w", err)
+	}
+	if err := e.ensureSecret(ctx, "crossplane-system", "testbed-ssh", map[string][]byte{"ssh-privatekey": key, "known_hosts": kh}); err != nil {
+		return err
+	}
+	for _, h := range e.cfg.Hosts {
+		if err := e.apply(ctx, "clusterproviderconfig.yaml", hostValues(vals, h)); err != nil {
+			return err
+		}
+		logf("ClusterProviderConfig %s: ssh %s@%s:%d (pinned host key), domainType qemu, pool %s, %s", h.Name, e.cfg.SSHUser, h.SSHHost, h.SSHPort, h.Pool, h.attachment())
+	}
+	return nil
+}
+
+// installLocal plays the package runtime's part for the local runtime (functions and provider
+// as local processes, --package-runtime=External): FunctionRevisions whose endpoints point at
+// the local functions, the packages, and the provider revision's webhook TLS Secret.
+func (e *env) installLocal(ctx context.Context, vals map[string]string) (string, error) {
+	// Functions: local processes serving mTLS; a paused FunctionRevision for each whose
+	// status.endpoint points at it, under the names the Compositions use.
+	for _, fn := range []struct {
+		name, image string
+		port        int
+	}{
+		{fnProxy, fmt.Sprintf("127.0.0.1:%d/provider-kvm/function-kvm-proxy:%s", e.cfg.RegistryPort, e.cfg.PkgTag), e.cfg.FnProxyPort},
+		{fnAutoReady, "xpkg.crossplane.io/crossplane-contrib/function-auto-ready:v0.7.0", e.cfg.FnAutoReadyPort},
+	} {
+		fv := maps.Clone(vals)
+		fv["FN_NAME"], fv["FN_IMAGE"] = fn.name, fn.image
+		if err := e.apply(ctx, "functionrevision.yaml", fv); err != nil {
+			return "", err
+		}
+		fr := &pkgv1.FunctionRevision{ObjectMeta: metav1.ObjectMeta{Name: fn.name + "-local"}}
+		patch := fmt.Sprintf(`{"status":{"endpoint":"127.0.0.1:%d","capabilities":["composition"]}}`, fn.port)
+		if err := e.c.Status().Patch(ctx, fr, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			return "", fmt.Errorf("FunctionRevision %s status: %w", fr.Name, err)
+		}
+		logf("FunctionRevision %s -> 127.0.0.1:%d (mTLS)", fr.Name, fn.port)
+	}
+
+	// The provider's managed resource CRDs arrive as ManagedResourceDefinitions (safe-start):
+	// the activation policy activates them.
+	if err := e.apply(ctx, "activation-policy.yaml", vals); err != nil {
+		return "", err
+	}
+	if err := e.apply(ctx, "packages.yaml", vals); err != nil {
+		return "", err
+	}
+
+	// With --package-runtime=External nobody plays the runtime's part: the establisher waits
+	// for status.tlsServerSecretName (the webhook TLS Secret) before it installs the CRDs.
+	rev, err := e.providerRevision(ctx)
+	if err != nil {
+		return "", err
+	}
+	pki := filepath.Join(e.cfg.Work, "pki", "fn-server")
+	data := map[string][]byte{}
+	for key, f := range map[string]string{"tls.crt": "tls.crt", "tls.key": "tls.key", "ca.crt": "ca.crt"} {
+		b, err := os.ReadFile(filepath.Join(pki, f))
+		if err != nil {
+			return "", err
+		}
+		data[key] = b
+	}
+	if err := e.ensureSecret(ctx, "crossplane-system", "provider-kvm-tls-server", data); err != nil {
+		return "", err
+	}
+	pr := &pkgv1.ProviderRevision{ObjectMeta: metav1.ObjectMeta{Name: rev}}
+	if err := e.c.Status().Patch(ctx, pr, client.RawPatch(types.MergePatchType, []byte(`{"status":{"tlsServerSecretName":"provider-kvm-tls-server"}}`))); err != nil {
+		return "", fmt.Errorf("ProviderRevision %s status: %w", rev, err)
+	}
+	logf("ProviderRevision %s: status.tlsServerSecretName set by hand", rev)
+	return rev, e.revisionHealthy(ctx, &pkgv1.ProviderRevision{}, rev)
+}
+
+// providerRevision waits for the ProviderRevision of provider-kvm and returns its name.
+func (e *env) providerRevision(ctx context.Context) (string, error) {
+	var rev string
+	err := waitFor(ctx, "a ProviderRevision of provider-kvm", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+		l := &pkgv1.ProviderRevisionList{}
+		if err := e.c.List(ctx, l, client.MatchingLabels{"pkg.crossplane.io/package": "provider-kvm"}); err != nil {
+			return err
+		}
+		if len(l.Items) == 0 {
+			return errors.New("the package manager has created none (see the core's log)")
+		}
+		rev = l.Items[0].Name
+		return nil
+	})
+	return rev, err
+}
+
+// revisionHealthy waits until the package revision name (a ProviderRevision or a
+// FunctionRevision, per rev's type) is RevisionHealthy.
+func (e *env) revisionHealthy(ctx context.Context, rev interface {
+	client.Object
+	GetCondition(xpv2.ConditionType) xpv2.Condition
+}, name string) error {
+	kind := strings.TrimPrefix(fmt.Sprintf("%T", rev), "*v1.")
+	return waitFor(ctx, kind+" "+name+" RevisionHealthy", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+		if err := e.c.Get(ctx, client.ObjectKey{Name: name}, rev); err != nil {
+			return err
+		}
+		return conditionTrue(kind, name, rev.GetCondition(pkgv1.TypeRevisionHealthy))
+	})
+}
+
+// packagesAsPods checks what cluster/node/packages.sh installed, as the package runtime runs
+// it: the Provider's and both Functions' current revisions are healthy, each has a Running pod,
+// and the provider's pod runs as user 2000 without privilege escalation (packages.sh also read
+// the process's own uid, NoNewPrivs and capabilities on the node). It returns the provider's
+// revision.
+func (e *env) packagesAsPods(ctx context.Context) (string, error) {
+	p := &pkgv1.Provider{}
+	if err := e.c.Get(ctx, client.ObjectKey{Name: "provider-kvm"}, p); err != nil {
+		return "", fmt.Errorf("Provider provider-kvm (cluster/node/packages.sh installs it): %w", err)
+	}
+	rev := p.Status.CurrentRevision
+	if err := e.revisionHealthy(ctx, &pkgv1.ProviderRevision{}, rev); err != nil {
+		return "", err
+	}
+	pod, err := e.revisionPod(ctx, "pkg.crossplane.io/revision", rev)
+	if err != nil {
+		return "", err
+	}
+	var c *corev1.Container
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == "package-runtime" {
+			c = &pod.Spec.Containers[i]
+		}
+	}
+	switch sc := podSecurity(pod, c); {
+	case c == nil:
+		return "", fmt.Errorf("provider pod %s has no container package-runtime", pod.Name)
+	case sc.user != 2000 || sc.escalation || sc.privileged:
+		return "", fmt.Errorf("provider pod %s: runAsUser %d, allowPrivilegeEscalation %v, privileged %v: want 2000, false, false", pod.Name, sc.user, sc.escalation, sc.privileged)
+	}
+	logf("provider revision %s healthy; pod %s (ServiceAccount %s) Running as user 2000, no privilege escalation", rev, pod.Name, pod.Spec.ServiceAccountName)
+	for _, fn := range []string{fnProxy, fnAutoReady} {
+		f := &pkgv1.Function{}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: fn}, f); err != nil {
+			return "", fmt.Errorf("Function %s: %w", fn, err)
+		}
+		if err := e.revisionHealthy(ctx, &pkgv1.FunctionRevision{}, f.Status.CurrentRevision); err != nil {
+			return "", err
+		}
+		pod, err := e.revisionPod(ctx, "pkg.crossplane.io/revision", f.Status.CurrentRevision)
+		if err != nil {
+			return "", err
+		}
+		logf("function revision %s healthy; pod %s Running", f.Status.CurrentRevision, pod.Name)
+	}
+	return rev, nil
+}
+
+// revisionPod waits for a Running pod in crossplane-system with the label key=value.
+func (e *env) revisionPod(ctx context.Context, key, value string) (*corev1.Pod, error) {
+	var pod *corev1.Pod
+	err := waitFor(ctx, "a Running pod of "+value, time.Second, 240*time.Second, func(ctx context.Context) error {
+		l := &corev1.PodList{}
+		if err := e.c.List(ctx, l, client.InNamespace("crossplane-system"), client.MatchingLabels{key: value}); err != nil {
+			return err
+		}
+		for i := range l.Items {
+			if l.Items[i].Status.Phase == corev1.PodRunning {
+				pod = &l.Items[i]
+				return nil
+			}
+		}
+		return fmt.Errorf("%d pods, none Running", len(l.Items))
+	})
+	return pod, err
+}
+
+// security is what a container's effective security context says.
+type security struct {
+	user                   int64
+	escalation, privileged bool
+}
+
+// podSecurity is c's security context over its pod's (the container's fields win); an unset
+// allowPrivilegeEscalation counts as allowed, as it is for a container without no_new_privs.
+func podSecurity(pod *corev1.Pod, c *corev1.Container) security {
+	s := security{user: -1, escalation: true}
+	if psc := pod.Spec.SecurityContext; psc != nil && psc.RunAsUser != nil {
+		s.user = *psc.RunAsUser
+	}
+	if c == nil || c.SecurityContext == nil {
+		return s
+	}
+	if c.SecurityContext.RunAsUser != nil {
+		s.user = *c.SecurityContext.RunAsUser
+	}
+	if c.SecurityContext.AllowPrivilegeEscalation != nil {
+		s.escalation = *c.SecurityContext.AllowPrivilegeEscalation
+	}
+	if c.SecurityContext.Privileged != nil {
+		s.privileged = *c.SecurityContext.Privileged
+	}
+	return s
+}
+
+// ensureSecret creates the Secret or updates its data.
+func (e *env) ensureSecret(ctx context.Context, ns, name string, data map[string][]byte) error {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
+	err := e.c.Create(ctx, s)
+	if kerrors.IsAlreadyExists(err) {
+		cur := &corev1.Secret{}
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cur); err != nil {
+			return err
+		}
+		cur.Data = data
+		err = e.c.Update(ctx, cur)
+	}
+	if err != nil {
+		return fmt.Errorf("Secret %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// secretData is the Secret's data, or an error saying it is missing.
+func (e *env) secretData(ctx context.Context, ns, name string) (map[string][]byte, error) {
+	s := &corev1.Secret{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+		return nil, fmt.Errorf("Secret %s/%s: %w", ns, name, err)
+	}
+	return s.Data, nil
+}
+
+// providerAlive: the provider answers on its metrics address, or (as a pod) its Provider is
+// Healthy with a Ready pod; without it, deleting through Kubernetes would wait on finalizers
+// forever.
+func (e *env) providerAlive(ctx context.Context) bool {
+	if e.cfg.Runtime != "node" {
+		return httpStatus(ctx, nil, fmt.Sprintf("http://127.0.0.1:%d/metrics", e.cfg.ProviderMetricsPort), 5*time.Second) == 200
+	}
+	p := &pkgv1.Provider{}
+	if e.c.Get(ctx, client.ObjectKey{Name: "provider-kvm"}, p) != nil || p.GetCondition(pkgv1.TypeHealthy).Status != corev1.ConditionTrue {
+		return false
+	}
+	l := &corev1.PodList{}
+	if e.c.List(ctx, l, client.InNamespace("crossplane-system"), client.MatchingLabels{"pkg.crossplane.io/revision": p.Status.CurrentRevision}) != nil {
+		return false
+	}
+	for _, pod := range l.Items {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ------------------------------------------------------------------ environment
+
+// env is a test's view of the running control plane and the test bed.
+type env struct {
+	cfg         config
+	c           client.Client
+	hosts       hosts
+	imageSHA256 string
+	originIP    string // where the 204 origin listens (the guests reach it there)
+	guestCIDR   string // the guests' network
+	probeURL    string
+	tl          *timeline
+}
+
+// newEnv connects to the control plane and the test bed.
+func newEnv() (*env, error) {
+	cfg := loadConfig()
+	c, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hs, err := dialHosts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &env{cfg: cfg, c: c, hosts: hs, tl: &timeline{}}
+	if e.originIP, e.guestCIDR, err = origin(cfg, hs); err != nil {
+		hs.Close()
+		return nil, err
+	}
+	e.probeURL = fmt.Sprintf("http://%s/", net.JoinHostPort(e.originIP, fmt.Sprint(cfg.OriginPort)))
+	if b, err := os.ReadFile(cfg.Image + ".sha256"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			e.imageSHA256 = f[0]
+		}
+	}
+	return e, nil
+}
+
+// requireEnv skips the test (fails it when CI is set) unless it runs inside the test bed's
+// network namespace with a control plane of cluster/e2e up; then it connects.
+func requireEnv(t *testing.T) *env {
+	t.Helper()
+	cfg := loadConfig()
+	why := ""
+	if _, err := os.Stat(cfg.Kubeconfig); err != nil {
+		why = "no " + cfg.Kubeconfig + " (no control plane of cluster/e2e is up)"
+	} else if !insideNetns(cfg.Netns) {
+		why = "this process is not inside network namespace " + cfg.Netns
+	} else if len(cfg.Hosts) == 0 {
+		why = "the TESTBED_* (TOPOLOGY=nat) or LAN_* (TOPOLOGY=lan) variables are not set"
+	}
+	if why != "" {
+		msg := "E2E TEST NOT RUN: " + why + "; run make e2e (cluster/e2e/run.sh), which brings up the control plane and runs this test inside the test bed's namespace"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := newEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.hosts.Close)
+	if !apiReady(ctx, e.c) {
+		t.Fatalf("the API server of %s does not answer", cfg.Kubeconfig)
+	}
+	return e
+}
+
+// origin is where the 204 origin listens and the guests' network: node's LAN address and the
+// LAN on the LAN topology, the NAT network's gateway and the NAT network otherwise.
+func origin(cfg config, hs hosts) (ip, cidr string, err error) {
+	if cfg.OriginIP != "" {
+		return cfg.OriginIP, cfg.GuestCIDR, nil
+	}
+	return hs.First().BridgeIP(cfg.Hosts[0].Network)
+}
+
+// insideNetns: this process is inside network namespace name.
+func insideNetns(name string) bool {
+	var self, ns syscall.Stat_t
+	if syscall.Stat("/proc/self/ns/net", &self) != nil || syscall.Stat("/run/netns/"+name, &ns) != nil {
+		return false
+	}
+	return self.Dev == ns.Dev && self.Ino == ns.Ino
+}
+
+// tail returns the last n lines of a file ("" when it cannot be read).
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// sortedKeys of a map, for stable output.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// indent prefixes every line.
+func indent(s, prefix string) string {
+	var b bytes.Buffer
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(prefix + l + "\n")
+	}
+	return b.String()
+}
