@@ -134,7 +134,7 @@ lan-up: packages ## Start the LAN test bed: netns lan (bridge + dnsmasq), node, 
 lan-down: ## Stop what lan-up started.
 	cluster/lan/down.sh
 test-lan: deps lan-up image ## From netns node: SSH + libvirt on both hosts, a guest on host-a's bridge answering 204, nothing leaves the namespaces (~3 min).
-	flock /tmp/testbed.lock cluster/lan/exec.sh node go test -tags lan -count=1 -v -timeout 20m ./test/lan/
+	flock -o /tmp/testbed.lock cluster/lan/exec.sh node go test -tags lan -count=1 -v -timeout 20m ./test/lan/
 
 .PHONY: test-unit
 test-unit: ## Unit tests only: no control plane, no test bed.
@@ -144,11 +144,13 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # The whole suite runs inside the test bed's network namespace: the SSH server and the guests
 # live there, and the envtest control plane only needs loopback, which the namespace has. It
 # holds /tmp/testbed.lock, as every other user of the test bed does (some tests restart its
-# libvirtd), so two runs never share the bed.
+# libvirtd), so two runs never share the bed. flock -o: the lock is flock's own, not inherited by
+# the command, so what a killed test leaves running (envtest's etcd and kube-apiserver) cannot
+# keep holding it.
 .PHONY: test
 test: deps controlplane tools testbed-up lan-up image ## The README's test command: all tests with real parts, the LAN's network checks, then make e2e (on the LAN).
 	rm -f $(TB)/run/revived.log
-	CI="$${CI:-}" flock /tmp/testbed.lock cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./... || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
+	CI="$${CI:-}" flock -o /tmp/testbed.lock cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./... || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
 	@cat $(TB)/run/revived.log 2>/dev/null || true
 	for m in $(TOOL_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./test/lan/
@@ -198,7 +200,7 @@ bench-observe: deps controlplane testbed-up ## Calls and new libvirt connections
 # A fast subset of it runs in make test; this runs all of it. The table: _output/faults/results.txt.
 .PHONY: test-faults
 test-faults: deps controlplane testbed-up ## The whole fault suite: kill between every two steps of each kind, a blackholed host (~25 min).
-	FAULTS_FULL=1 CI="$${CI:-}" flock /tmp/testbed.lock cluster/testbed/run-in-netns.sh \
+	FAULTS_FULL=1 CI="$${CI:-}" flock -o /tmp/testbed.lock cluster/testbed/run-in-netns.sh \
 		go test -count=1 -p 1 -timeout 60m -v -run '^TestFaults$$' ./test/faults/
 	@cat _output/faults/results.txt
 

@@ -4,10 +4,10 @@
 # packages through the API, the Proxies, the checks, the timeline, the diagnostics, the image
 # server and the 204 origin) is the Go package test/e2e (see docs/e2e.md).
 #
-# TOPOLOGY says where it all runs: "lan" (make e2e; cluster/lan: netns node, two libvirt hosts
-# host-a and host-b reached over SSH across the LAN, guests on each host's bridge) or "nat"
-# (make demo, make bench-latency; cluster/testbed: netns kvmhost, one host on its loopback,
-# guests on libvirt's NAT network).
+# TOPOLOGY says where it all runs: "lan", the default here and in the Go half (make e2e;
+# cluster/lan: netns node, two libvirt hosts host-a and host-b reached over SSH across the LAN,
+# guests on each host's bridge), or "nat" (make demo, make bench-latency, which set it;
+# cluster/testbed: netns kvmhost, one host on its loopback, guests on libvirt's NAT network).
 #
 # The processes, all inside that network namespace (node or kvmhost):
 #   etcd + kube-apiserver + kube-controller-manager (its default controllers), built from Go
@@ -18,7 +18,8 @@
 #   the provider; a loopback OCI registry (crane registry serve) with the provider, function
 #   and configuration packages of `make xpkg` pushed to it.
 # Every process is started in its own session and recorded in $WORK/pids; stop_all stops them
-# by those PIDs (after checking each PID still is the process that was started).
+# by those PIDs (after checking each PID still is the process that was started): the process
+# library cluster/lib/proc.sh, as every test bed script; the PKI is cluster/lib/pki.sh.
 
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
@@ -28,7 +29,7 @@ CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm}
 BIN=${BIN:-$CACHE_DIR/bin}
 TB=${TB:-/var/lib/provider-kvm-testbed}
 LAN_DIR=${LAN_DIR:-/var/lib/provider-kvm-lan}
-TOPOLOGY=${TOPOLOGY:-nat}
+TOPOLOGY=${TOPOLOGY:-lan}
 case $TOPOLOGY in
 lan) E2E_NETNS=node ;;
 nat) E2E_NETNS=${TESTBED_NETNS:-kvmhost} ;;
@@ -37,6 +38,10 @@ esac
 WORK=${E2E_WORK:-/var/lib/provider-kvm-e2e}
 LOGS=$WORK/logs
 PIDS=$WORK/pids
+# shellcheck source=cluster/lib/proc.sh
+. "$REPO/cluster/lib/proc.sh"
+# shellcheck source=cluster/lib/pki.sh
+. "$REPO/cluster/lib/pki.sh"
 # The runtime: "node" on the LAN (make e2e): the single-node Kubernetes of cluster/node, the
 # Crossplane core as Deployments and the packages as pods under the package runtime; "local"
 # on the NAT test bed (make demo, make bench-latency): the control plane here, the core out of
@@ -79,6 +84,7 @@ export E2E_WORK=$WORK E2E_IMAGE=$IMAGE E2E_REPO=$REPO E2E_OUT=$OUT CACHE_DIR PKG
 	PROVIDER_METRICS_PORT FN_PROXY_PORT FN_AUTOREADY_PORT REGISTRY_PORT IMAGE_PORT ORIGIN_PORT
 
 log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date -u +%H:%M:%S)" "$*"; }
+proc_log() { log "$@"; }
 warn() { printf '[%s %s] WARNING: %s\n' "$LOG_TAG" "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { printf '[%s %s] FAIL: %s\n' "$LOG_TAG" "$(date -u +%H:%M:%S)" "$*" >&2; exit 1; }
 now() { date +%s.%N; }
@@ -97,81 +103,13 @@ inside_netns() {
 }
 
 # ------------------------------------------------------------------ processes
-# start NAME CMD...: CMD in the background in a session of its own (so its children can be
-# stopped with it), output in $LOGS/NAME.log, PID and start time recorded in $PIDS/NAME.pid.
-start() {
-	local name=$1 pid
-	shift
-	# No descriptor of ours but the log: a daemon that inherited the caller's flock (or a
-	# test's pipe) would hold it for as long as it runs.
-	(
-		for fd in /proc/self/fd/*; do
-			fd=${fd##*/}
-			[[ $fd -gt 2 ]] && eval "exec $fd>&-" 2>/dev/null
-		done
-		exec setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1
-	) &
-	pid=$!
-	echo "$pid $(starttime "$pid")" >"$PIDS/$name.pid"
-	echo "$name" >>"$PIDS/order"
-	log "started $name (pid $pid, log $LOGS/$name.log)"
-}
-starttime() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null || echo gone; }
-# ours NAME: the recorded process is still the one that was started (PIDs get reused).
-ours() {
-	local pid st
-	[[ -s $PIDS/$1.pid ]] || return 1
-	read -r pid st <"$PIDS/$1.pid"
-	[[ -e /proc/$pid && $(starttime "$pid") == "$st" ]]
-}
-pid_of() { awk '{print $1}' "$PIDS/$1.pid"; }
-alive() {
-	local s
-	ours "$1" && s=$(awk '{print $3}' "/proc/$(pid_of "$1")/stat" 2>/dev/null) && [[ -n $s && $s != Z ]]
-}
-# stop_one NAME: SIGTERM to the process group the process leads, SIGKILL after 15 s.
-stop_one() {
-	local name=$1 pid i
-	ours "$name" || { rm -f "$PIDS/$name.pid"; return 0; }
-	pid=$(pid_of "$name")
-	kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < 150; i++)); do
-		alive "$name" || break
-		sleep 0.1
-	done
-	if alive "$name"; then
-		warn "$name (pid $pid) ignored SIGTERM for 15 s: SIGKILL"
-		kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$PIDS/$name.pid"
-}
-# stop_all: every recorded process, newest first.
-stop_all() {
-	local name
-	[[ -s $PIDS/order ]] || return 0
-	while read -r name; do
-		[[ -e $PIDS/$name.pid ]] || continue
-		log "stopping $name (pid $(pid_of "$name"))"
-		stop_one "$name"
-	done < <(tac "$PIDS/order")
-	: >"$PIDS/order"
-}
+# start, alive, pid_of, stop_one, stop_all, waitport: cluster/lib/proc.sh, on $PIDS and $LOGS.
 # any_running: a process recorded in $WORK/pids still runs (a demo, or a run that crashed).
 any_running() {
 	local f
 	for f in "$PIDS"/*.pid; do
 		[[ -e $f ]] || continue
 		alive "$(basename "$f" .pid)" && return 0
-	done
-	return 1
-}
-
-# waitport PORT [HOST]: something listens there, within 60 s.
-waitport() {
-	local i
-	for ((i = 0; i < 300; i++)); do
-		(exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null && return 0
-		sleep 0.2
 	done
 	return 1
 }
@@ -317,36 +255,24 @@ fresh_work() {
 	: >"$PIDS/order"
 }
 
-# ------------------------------------------------------------------ PKI (openssl)
-mkcert() { # mkcert DIR NAME SUBJ [SAN]
-	local d=$1 n=$2 subj=$3 san=${4:-}
-	openssl req -newkey rsa:2048 -nodes -keyout "$d/$n.key" -subj "$subj" -out "$d/$n.csr" 2>/dev/null
-	: >"$d/$n.ext"
-	[[ -z $san ]] || echo "subjectAltName=$san" >"$d/$n.ext"
-	openssl x509 -req -in "$d/$n.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
-		-days 30 -out "$d/$n.crt" -extfile "$d/$n.ext" 2>/dev/null
-}
+# ------------------------------------------------------------------ PKI (cluster/lib/pki.sh)
 make_pki() {
 	local P=$WORK/pki d
-	mkdir -p "$P/kube" "$P/fn" "$P/fn-server" "$P/fn-client"
-	for d in kube fn; do
-		openssl req -x509 -newkey rsa:2048 -nodes -keyout "$P/$d/ca.key" -out "$P/$d/ca.crt" \
-			-days 30 -subj "/CN=provider-kvm-e2e-$d-ca" 2>/dev/null
-	done
-	mkcert "$P/kube" apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost"
-	mkcert "$P/kube" admin "/O=system:masters/CN=admin"
-	openssl genrsa -out "$P/kube/sa.key" 2048 2>/dev/null
-	openssl rsa -in "$P/kube/sa.key" -pubout -out "$P/kube/sa.pub" 2>/dev/null
+	mkdir -p "$P/fn-server" "$P/fn-client"
+	pki_ca "$P/kube" provider-kvm-e2e-kube-ca
+	pki_cert "$P/kube" apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost"
+	pki_cert "$P/kube" admin "/O=system:masters/CN=admin"
+	pki_sa "$P/kube"
 	# Functions: one CA; a server certificate for the functions, a client one for the core.
 	# The provider revision's webhook TLS Secret is made from the server one (e2etest install).
-	mkcert "$P/fn" server "/CN=functions" "IP:127.0.0.1,DNS:localhost"
-	mkcert "$P/fn" client "/CN=crossplane"
-	cp "$P/fn/ca.crt" "$P/fn-server/ca.crt"
-	cp "$P/fn/server.crt" "$P/fn-server/tls.crt"
-	cp "$P/fn/server.key" "$P/fn-server/tls.key"
-	cp "$P/fn/ca.crt" "$P/fn-client/ca.crt"
-	cp "$P/fn/client.crt" "$P/fn-client/tls.crt"
-	cp "$P/fn/client.key" "$P/fn-client/tls.key"
+	pki_ca "$P/fn" provider-kvm-e2e-fn-ca
+	pki_cert "$P/fn" server "/CN=functions" "IP:127.0.0.1,DNS:localhost"
+	pki_cert "$P/fn" client "/CN=crossplane"
+	for d in server client; do
+		cp "$P/fn/ca.crt" "$P/fn-$d/ca.crt"
+		cp "$P/fn/$d.crt" "$P/fn-$d/tls.crt"
+		cp "$P/fn/$d.key" "$P/fn-$d/tls.key"
+	done
 }
 
 # ------------------------------------------------------------------ control plane

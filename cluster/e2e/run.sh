@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # run.sh -- make e2e: the Proxy product end to end on a real control plane and a real libvirt
-# hosts, with nothing but this repository's code (see docs/e2e.md). TOPOLOGY=lan (the default):
+# hosts, with nothing but this repository's code (see docs/e2e.md). TOPOLOGY=lan (lib.sh's default):
 # the LAN test bed (cluster/lan), the control plane, provider and clients in netns node, two
 # libvirt hosts over SSH; TOPOLOGY=nat: the single-host test bed (cluster/testbed).
 #
@@ -28,7 +28,6 @@
 #      E2E_RUN (the -test.run pattern, ^TestE2E$).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export TOPOLOGY=${TOPOLOGY:-lan}
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 

@@ -14,28 +14,26 @@ log() { echo "lan-down: $*"; }
 [ -d "$LAN_DIR" ] || { log "nothing to stop ($LAN_DIR does not exist)"; exit 0; }
 
 for h in "${HOSTS[@]}"; do
-  if alive "$PIDS/$h.libvirtd.pid" && [ -e "$(mnt_ns "$h")" ]; then
+  if alive "$h.libvirtd" && [ -e "$(mnt_ns "$h")" ]; then
     V=(in_host "$h" virsh -q -c qemu:///system)
     for d in $("${V[@]}" list --name 2>/dev/null || true); do
       log "$h: destroy domain $d"; "${V[@]}" destroy "$d" >/dev/null 2>&1 || true
     done
     for p in $("${V[@]}" pool-list --name 2>/dev/null || true); do "${V[@]}" pool-destroy "$p" >/dev/null 2>&1 || true; done
   fi
-  if alive "$PIDS/$h.sshd.pid"; then # the per-connection children first
-    s=$(ps -o pid= --ppid "$(cat "$PIDS/$h.sshd.pid")" || true)
+  if alive "$h.sshd"; then # the per-connection children first
+    s=$(ps -o pid= --ppid "$(pid_of "$h.sshd")" || true)
     # shellcheck disable=SC2086
     [ -z "$s" ] || kill $s 2>/dev/null || true
   fi
-  stop_pid "$PIDS/$h.sshd.pid" "$h sshd"
-  stop_pid "$PIDS/$h.libvirtd.pid" "$h libvirtd"
-  stop_pid "$PIDS/$h.virtlogd.pid" "$h virtlogd"
+  for d in sshd libvirtd virtlogd; do stop_one "$h.$d" 5; done
   # a qemu our libvirtd started and left behind (libvirtd killed): its PID is in OUR run dir
   for f in "$(host_dir "$h")"/run/qemu/*.pid; do
     [ -e "$f" ] || continue
-    stop_pid "$f" "$h qemu $(basename "$f" .pid)"
+    stop_one "$f" 5
   done
 done
-stop_pid "$PIDS/dnsmasq.pid" dnsmasq
+stop_one dnsmasq 5
 
 for h in "${HOSTS[@]}"; do
   if [ -e "$MARK/mntns-$h" ]; then

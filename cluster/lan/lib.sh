@@ -1,5 +1,5 @@
 # lib.sh -- sourced by cluster/lan/{up,down,exec,run-in-node}.sh: the names, addresses and
-# paths of the LAN test bed, and the helpers that act on recorded PIDs only.
+# paths of the LAN test bed; processes by recorded PID and start time only (cluster/lib/proc.sh).
 # shellcheck shell=bash disable=SC2034
 
 LAN_DIR=${LAN_DIR:-/var/lib/provider-kvm-lan}
@@ -38,27 +38,8 @@ in_host() {
   nsenter --net="/run/netns/$h" --mount="$(mnt_ns "$h")" --uts="$(uts_ns "$h")" "$@"
 }
 
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-
-# stop_pid FILE NAME: stop the process recorded in FILE (TERM, then KILL after 5 s).
-stop_pid() {
-  local f=$1 name=$2 pid
-  if alive "$f"; then
-    pid=$(cat "$f"); echo "lan: stop $name (pid $pid)"; kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then echo "lan: $name still alive, SIGKILL"; kill -9 "$pid" 2>/dev/null || true; fi
-  fi
-  rm -f "$f"
-}
-
-# daemon CMD...: start a daemon holding no file descriptor of ours but stdin/out/err
-# (/dev/null): a daemon that inherited a caller's flock or a test's pipe would hold it.
-daemon() {
-  (
-    for fd in /proc/self/fd/*; do
-      fd=${fd##*/}
-      [[ $fd -gt 2 ]] && eval "exec $fd>&-" 2>/dev/null
-    done
-    exec "$@" </dev/null >/dev/null 2>&1
-  )
-}
+# start, daemon, alive, pid_of, stop_one: cluster/lib/proc.sh, on $PIDS (every daemon here
+# writes its own pid file: daemon NAME CMD... with CMD writing $PIDS/NAME.pid).
+# shellcheck source=cluster/lib/proc.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"
+proc_log() { echo "lan: $*"; }

@@ -76,17 +76,16 @@ done
 # DHCP only (--port=0: no DNS at all, so nothing is forwarded anywhere), bound to lanbr only,
 # no router and no DNS server handed out: guests reach the LAN and nothing else.
 LEASES=$LAN_DIR/$LAN_NS/dnsmasq.leases
-if ! alive "$PIDS/dnsmasq.pid"; then
+if ! alive dnsmasq; then
   touch "$LEASES"
-  daemon ip netns exec "$LAN_NS" /usr/sbin/dnsmasq --conf-file=/dev/null --no-resolv --no-hosts \
+  daemon dnsmasq ip netns exec "$LAN_NS" /usr/sbin/dnsmasq --conf-file=/dev/null --no-resolv --no-hosts \
     --port=0 --interface="$LAN_BRIDGE" --bind-interfaces --except-interface=lo \
     --dhcp-range="$DHCP_FIRST,$DHCP_LAST,255.255.255.0,1h" --dhcp-authoritative \
     --dhcp-option=option:router --dhcp-option=option:dns-server \
     --dhcp-leasefile="$LEASES" --pid-file="$PIDS/dnsmasq.pid" \
-    --log-dhcp --log-facility="$LAN_DIR/$LAN_NS/dnsmasq.log" --user=root
-  for _ in $(seq 50); do alive "$PIDS/dnsmasq.pid" && break; sleep 0.1; done
-  alive "$PIDS/dnsmasq.pid" || die "dnsmasq did not start: $(tail -n 5 "$LAN_DIR/$LAN_NS/dnsmasq.log" 2>/dev/null)"
-  log "dnsmasq pid $(cat "$PIDS/dnsmasq.pid") on $LAN_BRIDGE ($DHCP_IP) in netns $LAN_NS"
+    --log-dhcp --log-facility="$LAN_DIR/$LAN_NS/dnsmasq.log" --user=root ||
+    die "dnsmasq did not start: $(tail -n 5 "$LAN_DIR/$LAN_NS/dnsmasq.log" 2>/dev/null)"
+  log "dnsmasq pid $(pid_of dnsmasq) on $LAN_BRIDGE ($DHCP_IP) in netns $LAN_NS"
 fi
 
 # ------------------------------------------------------------------ 5. mount + UTS namespaces
@@ -174,17 +173,15 @@ done
 # run next to a process named libvirtd or virtlogd that it did not start.
 for h in "${HOSTS[@]}"; do
   nsargs "$h"
-  if ! alive "$PIDS/$h.virtlogd.pid"; then
-    daemon nsenter "${NSARGS[@]}" "$LAN_DIR/bin/lan-virtlogd" --daemon --pid-file "$PIDS/$h.virtlogd.pid"
-    for _ in $(seq 50); do alive "$PIDS/$h.virtlogd.pid" && break; sleep 0.1; done
-    alive "$PIDS/$h.virtlogd.pid" || die "$h: virtlogd did not start"
-    log "$h: virtlogd pid $(cat "$PIDS/$h.virtlogd.pid")"
+  if ! alive "$h.virtlogd"; then
+    daemon "$h.virtlogd" nsenter "${NSARGS[@]}" "$LAN_DIR/bin/lan-virtlogd" --daemon --pid-file "$PIDS/$h.virtlogd.pid" ||
+      die "$h: virtlogd did not start"
+    log "$h: virtlogd pid $(pid_of "$h.virtlogd")"
   fi
-  if ! alive "$PIDS/$h.libvirtd.pid"; then
-    daemon nsenter "${NSARGS[@]}" "$LAN_DIR/bin/lan-libvirtd" --daemon --pid-file "$PIDS/$h.libvirtd.pid"
-    for _ in $(seq 100); do alive "$PIDS/$h.libvirtd.pid" && break; sleep 0.1; done
-    alive "$PIDS/$h.libvirtd.pid" || die "$h: libvirtd did not start (log: $(host_dir "$h")/log)"
-    log "$h: libvirtd pid $(cat "$PIDS/$h.libvirtd.pid")"
+  if ! alive "$h.libvirtd"; then
+    daemon "$h.libvirtd" nsenter "${NSARGS[@]}" "$LAN_DIR/bin/lan-libvirtd" --daemon --pid-file "$PIDS/$h.libvirtd.pid" ||
+      die "$h: libvirtd did not start (log: $(host_dir "$h")/log)"
+    log "$h: libvirtd pid $(pid_of "$h.libvirtd")"
   fi
 done
 for h in "${HOSTS[@]}"; do
@@ -228,12 +225,11 @@ MaxSessions 100
 MaxStartups 100:30:200
 EOF
   /usr/sbin/sshd -t -f "$H/ssh/sshd_config"
-  if ! alive "$PIDS/$h.sshd.pid"; then
+  if ! alive "$h.sshd"; then
     nsargs "$h"
-    daemon nsenter "${NSARGS[@]}" /usr/sbin/sshd -f "$H/ssh/sshd_config"
-    for _ in $(seq 50); do alive "$PIDS/$h.sshd.pid" && break; sleep 0.1; done
-    alive "$PIDS/$h.sshd.pid" || die "$h: sshd did not start"
-    log "$h: sshd pid $(cat "$PIDS/$h.sshd.pid") on $ip:$SSH_PORT"
+    daemon "$h.sshd" nsenter "${NSARGS[@]}" /usr/sbin/sshd -f "$H/ssh/sshd_config" ||
+      die "$h: sshd did not start"
+    log "$h: sshd pid $(pid_of "$h.sshd") on $ip:$SSH_PORT"
   fi
   for _ in $(seq 50); do
     [ -n "$(ip netns exec "$h" ss -Hltn "( sport = :$SSH_PORT )" 2>/dev/null || true)" ] && break; sleep 0.1

@@ -1,7 +1,8 @@
 # shellcheck shell=bash disable=SC2034
 # lib.sh -- sourced by cluster/node/{up,down,check}.sh: names, ports and paths of the node (a
 # single-node Kubernetes inside the LAN test bed's netns node, cluster/node/README.md), and the
-# helpers that start and stop its processes by recorded PID only.
+# helpers that start and stop its processes by recorded PID and start time only
+# (cluster/lib/proc.sh).
 
 NODE_DIR=${NODE_DIR:-/var/lib/provider-kvm-node}
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm}
@@ -37,22 +38,14 @@ LOGS=$NODE_DIR/logs
 PKI=$NODE_DIR/pki
 KUBECONFIG_ADMIN=$NODE_DIR/admin.kubeconfig
 
+# shellcheck source=cluster/lib/proc.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"
+
 nlog() { printf '[node %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 ndie() { printf '[node %s] FAIL: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; exit 1; }
 
-starttime() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null || echo gone; }
-# ours NAME: the recorded process still is the one that was started (PIDs get reused).
-ours() {
-	local pid st
-	[[ -s $PIDS/$1.pid ]] || return 1
-	read -r pid st <"$PIDS/$1.pid"
-	[[ -e /proc/$pid && $(starttime "$pid") == "$st" ]]
-}
-pid_of() { awk '{print $1}' "$PIDS/$1.pid"; }
-alive() {
-	local s
-	ours "$1" && s=$(awk '{print $3}' "/proc/$(pid_of "$1")/stat" 2>/dev/null) && [[ -n $s && $s != Z ]]
-}
+# start, alive, pid_of, stop_one, waitport: cluster/lib/proc.sh, on $PIDS and $LOGS.
+proc_log() { nlog "$@"; }
 
 # holder_ok: the process holding the node's mount namespace runs.
 holder_ok() { alive holder; }
@@ -61,50 +54,11 @@ holder_ok() { alive holder; }
 # masked sysctls: see up.sh), where containerd, the kubelet and kube-proxy run.
 in_node() { nsenter -t "$(pid_of holder)" --net --mount -- "$@"; }
 
-# start NAME CMD...: CMD in the node's namespaces, in a session of its own, holding no
-# descriptor of ours but its log ($LOGS/NAME.log); PID and start time in $PIDS/NAME.pid.
-start() {
-	local name=$1 pid
-	shift
-	(
-		for fd in /proc/self/fd/*; do
-			fd=${fd##*/}
-			[[ $fd -gt 2 ]] && eval "exec $fd>&-" 2>/dev/null
-		done
-		exec setsid nsenter -t "$(pid_of holder)" --net --mount -- "$@" </dev/null >>"$LOGS/$name.log" 2>&1
-	) &
-	pid=$!
-	echo "$pid $(starttime "$pid")" >"$PIDS/$name.pid"
-	nlog "started $name (pid $pid, log $LOGS/$name.log)"
-}
+# nstart NAME CMD...: start (proc.sh) CMD in the node's namespaces.
+nstart() { start "$1" nsenter -t "$(pid_of holder)" --net --mount -- "${@:2}"; }
 
-# stop_one NAME: SIGTERM to the process group it leads, SIGKILL after 15 s.
-stop_one() {
-	local name=$1 pid i
-	ours "$name" || { rm -f "$PIDS/$name.pid"; return 0; }
-	pid=$(pid_of "$name")
-	nlog "stopping $name (pid $pid)"
-	kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < 150; i++)); do
-		alive "$name" || break
-		sleep 0.1
-	done
-	if alive "$name"; then
-		nlog "$name (pid $pid) ignored SIGTERM for 15 s: SIGKILL"
-		kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$PIDS/$name.pid"
-}
-
-# waitport PORT [HOST]: something listens there (seen from netns node), within 60 s.
-waitport() {
-	local i
-	for ((i = 0; i < 300; i++)); do
-		in_node bash -c "exec 3<>/dev/tcp/${2:-127.0.0.1}/$1" 2>/dev/null && return 0
-		sleep 0.2
-	done
-	return 1
-}
+# nwaitport PORT [HOST]: waitport (proc.sh) seen from netns node.
+nwaitport() { in_node bash -c "$(declare -f waitport); waitport \"\$@\"" waitport "$@"; }
 
 # kc ARGS...: kubectl as admin, from netns node (the API server is reachable nowhere else).
 kc() { in_node "$BIN/kubectl" --kubeconfig="$KUBECONFIG_ADMIN" "$@"; }

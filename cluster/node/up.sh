@@ -39,32 +39,19 @@ put() {
 	if cmp -s "$1.tmp" "$1"; then rm -f "$1.tmp"; else mv -f "$1.tmp" "$1"; fi
 }
 
-# ------------------------------------------------------------------ PKI (openssl, once)
-cert() { # cert NAME SUBJ [SAN]: NAME.{key,crt} signed by the node's CA
-	local n=$1 subj=$2 san=${3:-}
-	[[ -s $PKI/$n.crt ]] && return 0
-	openssl req -newkey rsa:2048 -nodes -keyout "$PKI/$n.key" -subj "$subj" -out "$PKI/$n.csr" 2>/dev/null
-	: >"$PKI/$n.ext"
-	[[ -z $san ]] || echo "subjectAltName=$san" >"$PKI/$n.ext"
-	openssl x509 -req -in "$PKI/$n.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
-		-days 30 -out "$PKI/$n.crt" -extfile "$PKI/$n.ext" 2>/dev/null
-}
-if [[ ! -s $PKI/ca.crt ]]; then
-	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -days 30 \
-		-subj "/CN=provider-kvm-node-ca" 2>/dev/null
-fi
-cert apiserver "/CN=kube-apiserver" \
+# ------------------------------------------------------------------ PKI (once: cluster/lib/pki.sh)
+# shellcheck source=cluster/lib/pki.sh
+. "$HERE/../lib/pki.sh"
+pki_ca "$PKI" provider-kvm-node-ca
+pki_cert "$PKI" apiserver "/CN=kube-apiserver" \
 	"IP:$NODE_IP,IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-cert admin "/O=system:masters/CN=admin"
-cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
-cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
-cert kube-proxy "/CN=system:kube-proxy"
-cert kube-controller-manager "/CN=system:kube-controller-manager"
-cert kube-scheduler "/CN=system:kube-scheduler"
-if [[ ! -s $PKI/sa.key ]]; then
-	openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
-	openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
-fi
+pki_cert "$PKI" admin "/O=system:masters/CN=admin"
+pki_cert "$PKI" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+pki_cert "$PKI" kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
+pki_cert "$PKI" kube-proxy "/CN=system:kube-proxy"
+pki_cert "$PKI" kube-controller-manager "/CN=system:kube-controller-manager"
+pki_cert "$PKI" kube-scheduler "/CN=system:kube-scheduler"
+pki_sa "$PKI"
 for n in admin kubelet kube-proxy kube-controller-manager kube-scheduler; do
 	f=$NODE_DIR/$n.kubeconfig
 	[[ -s $f ]] && continue
@@ -98,17 +85,11 @@ SYSCTLS=(vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_o
 	kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000)
 if ! holder_ok; then
 	rm -f "$NODE_DIR/ns.ready"
-	(
-		for fd in /proc/self/fd/*; do
-			fd=${fd##*/}
-			[[ $fd -gt 2 ]] && eval "exec $fd>&-" 2>/dev/null
-		done
-		exec setsid nsenter --net="/run/netns/$NETNS" unshare --mount --propagation slave \
-			"$HERE/ns-init.sh" "$NODE_DIR" "${SYSCTLS[@]}" </dev/null >"$LOGS/ns-init.log" 2>&1
-	) &
-	echo "$! $(starttime $!)" >"$PIDS/holder.pid"
+	: >"$LOGS/holder.log"
+	start holder nsenter --net="/run/netns/$NETNS" unshare --mount --propagation slave \
+		"$HERE/ns-init.sh" "$NODE_DIR" "${SYSCTLS[@]}"
 	for _ in $(seq 50); do [[ -e $NODE_DIR/ns.ready ]] && break; sleep 0.1; done
-	[[ -e $NODE_DIR/ns.ready ]] || ndie "the node's mount namespace did not come up: $(cat "$LOGS/ns-init.log")"
+	[[ -e $NODE_DIR/ns.ready ]] || ndie "the node's mount namespace did not come up: $(cat "$LOGS/holder.log")"
 	nlog "mount namespace held by pid $(pid_of holder) (netns $NETNS)"
 fi
 
@@ -126,8 +107,8 @@ if [[ ! -s $NODE_DIR/images/pause.tar || $HERE/pause/main.go -nt $NODE_DIR/image
 fi
 if ! alive registry; then
 	mkdir -p "$NODE_DIR/registry"
-	start registry "$BIN/crane" registry serve --address "0.0.0.0:$REGISTRY_PORT" --disk "$NODE_DIR/registry"
-	waitport "$REGISTRY_PORT" || ndie "the registry does not listen on $REGISTRY (see $LOGS/registry.log)"
+	nstart registry "$BIN/crane" registry serve --address "0.0.0.0:$REGISTRY_PORT" --disk "$NODE_DIR/registry"
+	nwaitport "$REGISTRY_PORT" || ndie "the registry does not listen on $REGISTRY (see $LOGS/registry.log)"
 fi
 in_node "$BIN/crane" push --insecure "$NODE_DIR/images/pause.tar" "$PAUSE_IMAGE" >>"$LOGS/push.log" 2>&1 ||
 	ndie "crane push $PAUSE_IMAGE failed (see $LOGS/push.log)"
@@ -191,24 +172,24 @@ put "$NODE_DIR/containerd/config.toml" <<-TOML
 	    config_path = "$NODE_DIR/containerd/certs.d"
 TOML
 if ! alive containerd; then
-	start containerd /usr/bin/containerd --config "$NODE_DIR/containerd/config.toml"
+	nstart containerd /usr/bin/containerd --config "$NODE_DIR/containerd/config.toml"
 	for _ in $(seq 100); do in_node test -S /run/containerd/containerd.sock && break; sleep 0.1; done
 	in_node test -S /run/containerd/containerd.sock || ndie "containerd has no socket (see $LOGS/containerd.log)"
 fi
 
 # ------------------------------------------------------------------ control plane
 if ! alive etcd; then
-	start etcd "$BIN/etcd" --name node --data-dir "$NODE_DIR/etcd" \
+	nstart etcd "$BIN/etcd" --name node --data-dir "$NODE_DIR/etcd" \
 		--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
 		--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
 		--initial-cluster "node=http://127.0.0.1:$ETCD_PEER_PORT"
-	waitport "$ETCD_PORT" || ndie "etcd does not listen (see $LOGS/etcd.log)"
+	nwaitport "$ETCD_PORT" || ndie "etcd does not listen (see $LOGS/etcd.log)"
 fi
 # --enable-aggregator-routing: the API server calls webhooks (Crossplane's) and aggregated
 # APIs at their endpoints (pod IPs, routed to cni0 in netns node), not at Service IPs, which
 # only kube-proxy's DNAT knows and netns node has no route for.
 if ! alive kube-apiserver; then
-	start kube-apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+	nstart kube-apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
 		--bind-address=0.0.0.0 --advertise-address="$NODE_IP" --secure-port="$APISERVER_PORT" \
 		--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 		--client-ca-file="$PKI/ca.crt" --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
@@ -226,7 +207,7 @@ done
 ((i < 180)) || ndie "kube-apiserver not ready after 180 s (see $LOGS/kube-apiserver.log)"
 nlog "kube-apiserver ready ($((SECONDS - T0))s)"
 if ! alive kube-controller-manager; then
-	start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$NODE_DIR/kube-controller-manager.kubeconfig" \
+	nstart kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$NODE_DIR/kube-controller-manager.kubeconfig" \
 		--authentication-kubeconfig="$NODE_DIR/kube-controller-manager.kubeconfig" \
 		--authorization-kubeconfig="$NODE_DIR/kube-controller-manager.kubeconfig" \
 		--leader-elect=false --use-service-account-credentials=true \
@@ -234,7 +215,7 @@ if ! alive kube-controller-manager; then
 		--bind-address=127.0.0.1 --secure-port="$KCM_PORT"
 fi
 if ! alive kube-scheduler; then
-	start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$NODE_DIR/kube-scheduler.kubeconfig" \
+	nstart kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$NODE_DIR/kube-scheduler.kubeconfig" \
 		--authentication-kubeconfig="$NODE_DIR/kube-scheduler.kubeconfig" \
 		--authorization-kubeconfig="$NODE_DIR/kube-scheduler.kubeconfig" \
 		--leader-elect=false --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT"
@@ -278,7 +259,7 @@ put "$NODE_DIR/kubelet.yaml" <<-YAML
 	maxPods: 30
 YAML
 if ! alive kubelet; then
-	start kubelet "$BIN/kubelet" --config="$NODE_DIR/kubelet.yaml" --kubeconfig="$NODE_DIR/kubelet.kubeconfig" \
+	nstart kubelet "$BIN/kubelet" --config="$NODE_DIR/kubelet.yaml" --kubeconfig="$NODE_DIR/kubelet.kubeconfig" \
 		--root-dir="$NODE_DIR/kubelet" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP"
 fi
 
@@ -299,7 +280,7 @@ put "$NODE_DIR/kube-proxy.yaml" <<-YAML
 	nodePortAddresses: [primary]
 YAML
 if ! alive kube-proxy; then
-	start kube-proxy "$BIN/kube-proxy" --config="$NODE_DIR/kube-proxy.yaml"
+	nstart kube-proxy "$BIN/kube-proxy" --config="$NODE_DIR/kube-proxy.yaml"
 fi
 
 # ------------------------------------------------------------------ cluster DNS
@@ -310,7 +291,7 @@ if [[ ! -x $NODE_DIR/images/dns || $HERE/dns/main.go -nt $NODE_DIR/images/dns ]]
 		ndie "go build of cluster/node/dns failed"
 fi
 if ! alive dns; then
-	start dns "$NODE_DIR/images/dns" --listen=0.0.0.0:53 --kubeconfig="$KUBECONFIG_ADMIN"
+	nstart dns "$NODE_DIR/images/dns" --listen=0.0.0.0:53 --kubeconfig="$KUBECONFIG_ADMIN"
 fi
 
 for ((i = 0; i < 120; i++)); do

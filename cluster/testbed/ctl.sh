@@ -13,18 +13,14 @@ SSH_PORT=${SSH_PORT:-2222}
 RUN=$TB/run
 KEYS=$TB/ssh
 
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-stop_pid() { # stop_pid NAME
-  local f=$RUN/$1.pid pid
-  alive "$f" || { rm -f "$f"; return 0; }
-  pid=$(cat "$f"); kill "$pid"
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  rm -f "$f"
-}
+HERE=$(dirname "$(readlink -f "$0")")
+PIDS=$RUN # daemon, alive, pid_of, stop_one: cluster/lib/proc.sh
+# shellcheck source=cluster/lib/proc.sh
+. "$HERE/../lib/proc.sh"
+proc_log() { echo "ctl.sh: $*"; }
 sessions() { # children of the recorded sshd: one per SSH connection
-  alive "$RUN/sshd.pid" || return 0
-  ps -o pid= --ppid "$(cat "$RUN/sshd.pid")" || true
+  alive sshd || return 0
+  ps -o pid= --ppid "$(pid_of sshd)" || true
 }
 wait_libvirt() {
   for _ in $(seq 100); do
@@ -33,43 +29,33 @@ wait_libvirt() {
   done
   echo "ctl.sh: libvirtd did not answer" >&2; return 1
 }
-# daemon CMD...: start a daemon with no file descriptor of ours but stdin/out/err (set to
-# /dev/null): a daemon that inherited, say, a caller's flock or a test's output pipe would hold
-# it for as long as it runs.
-daemon() {
-  (
-    for fd in /proc/self/fd/*; do
-      fd=${fd##*/}
-      [[ $fd -gt 2 ]] && eval "exec $fd>&-" 2>/dev/null
-    done
-    exec ip netns exec "$NS" "$@" </dev/null >/dev/null 2>&1
-  )
-}
+# Each daemon forks and writes its pid file $RUN/NAME.pid (which Go's internal/testbed reads as
+# a bare PID); proc.sh's daemon runs it inside $NS holding no descriptor of ours.
 start_virtlogd() {
-  alive "$RUN/virtlogd.pid" && return 0
-  daemon /usr/sbin/virtlogd --daemon --pid-file "$RUN/virtlogd.pid"
-  for _ in $(seq 50); do alive "$RUN/virtlogd.pid" && break; sleep 0.1; done
-  echo "ctl.sh: virtlogd pid $(cat "$RUN/virtlogd.pid")"
+  alive virtlogd && return 0
+  daemon virtlogd ip netns exec "$NS" /usr/sbin/virtlogd --daemon --pid-file "$RUN/virtlogd.pid" ||
+    { echo "ctl.sh: virtlogd did not start" >&2; return 1; }
+  echo "ctl.sh: virtlogd pid $(pid_of virtlogd)"
 }
 start_libvirtd() {
-  if ! alive "$RUN/libvirtd.pid"; then
+  if ! alive libvirtd; then
     mkdir -p /run/libvirt
-    daemon /usr/sbin/libvirtd --daemon --pid-file "$RUN/libvirtd.pid"
-    for _ in $(seq 100); do alive "$RUN/libvirtd.pid" && break; sleep 0.1; done
-    echo "ctl.sh: libvirtd pid $(cat "$RUN/libvirtd.pid")"
+    daemon libvirtd ip netns exec "$NS" /usr/sbin/libvirtd --daemon --pid-file "$RUN/libvirtd.pid" ||
+      { echo "ctl.sh: libvirtd did not start" >&2; return 1; }
+    echo "ctl.sh: libvirtd pid $(pid_of libvirtd)"
   fi
   wait_libvirt
 }
 start_sshd() {
-  alive "$RUN/sshd.pid" && return 0
-  daemon /usr/sbin/sshd -f "$KEYS/sshd_config"
-  for _ in $(seq 50); do alive "$RUN/sshd.pid" && break; sleep 0.1; done
+  alive sshd && return 0
+  daemon sshd ip netns exec "$NS" /usr/sbin/sshd -f "$KEYS/sshd_config" ||
+    { echo "ctl.sh: sshd did not start" >&2; return 1; }
   # wait until it accepts connections
   for _ in $(seq 50); do
     out=$(ip netns exec "$NS" ss -Hltn "( sport = :$SSH_PORT )" 2>/dev/null || true)
     [ -n "$out" ] && break; sleep 0.1
   done
-  echo "ctl.sh: sshd pid $(cat "$RUN/sshd.pid") on 127.0.0.1:$SSH_PORT in netns $NS"
+  echo "ctl.sh: sshd pid $(pid_of sshd) on 127.0.0.1:$SSH_PORT in netns $NS"
 }
 kill_sessions() {
   local s; s=$(sessions)
@@ -81,8 +67,8 @@ case "${1:-}" in
   start-virtlogd) start_virtlogd ;;
   start-libvirtd) start_libvirtd ;;
   start-sshd) start_sshd ;;
-  restart-sshd) kill_sessions; stop_pid sshd; start_sshd ;;
-  restart-libvirtd) stop_pid libvirtd; start_libvirtd ;;
+  restart-sshd) kill_sessions; stop_one sshd 5; start_sshd ;;
+  restart-libvirtd) stop_one libvirtd 5; start_libvirtd ;;
   kill-ssh-sessions) kill_sessions ;;
   count-ssh-conns)
     out=$(ip netns exec "$NS" ss -Htn state established "( dport = :$SSH_PORT )")

@@ -6,29 +6,24 @@ set -uo pipefail
 TB=${TB:-/var/lib/provider-kvm-testbed}
 NS=${NS:-kvmhost}
 RUN=$TB/run
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+PIDS=$RUN # alive, pid_of, stop_one: cluster/lib/proc.sh
+# shellcheck source=cluster/lib/proc.sh
+. "$(dirname "$(readlink -f "$0")")/../lib/proc.sh"
+proc_log() { echo "down.sh: $*"; }
 
-if alive "$RUN/libvirtd.pid"; then
+if alive libvirtd; then
   V="virsh -q -c qemu:///system"
   for d in $($V list --name 2>/dev/null); do echo "down.sh: destroy domain $d"; $V destroy "$d" >/dev/null; done
   for n in $($V net-list --name 2>/dev/null); do echo "down.sh: stop network $n"; $V net-destroy "$n" >/dev/null; done
   for p in $($V pool-list --name 2>/dev/null); do $V pool-destroy "$p" >/dev/null 2>&1; done
 fi
 # sshd's per-connection children first, then the daemons themselves
-if alive "$RUN/sshd.pid"; then
-  s=$(ps -o pid= --ppid "$(cat "$RUN/sshd.pid")" || true)
+if alive sshd; then
+  s=$(ps -o pid= --ppid "$(pid_of sshd)" || true)
   # shellcheck disable=SC2086
   [ -z "$s" ] || kill $s 2>/dev/null || true
 fi
-for d in sshd libvirtd virtlogd; do
-  f=$RUN/$d.pid
-  if alive "$f"; then
-    pid=$(cat "$f"); echo "down.sh: stop $d (pid $pid)"; kill "$pid"
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && { echo "down.sh: $d still alive, SIGKILL"; kill -9 "$pid"; }
-  fi
-  rm -f "$f"
-done
+for d in sshd libvirtd virtlogd; do stop_one "$d" 5; done
 if [ -e "$RUN/netns.created" ]; then
   left=$(ip netns pids "$NS" 2>/dev/null | tr '\n' ' ')
   [ -n "$left" ] && echo "down.sh: WARNING processes still in netns $NS: $left (not ours to kill)"

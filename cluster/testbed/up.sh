@@ -41,13 +41,15 @@ if [ ! -e "/run/netns/$NS" ]; then
 fi
 ip netns exec "$NS" ip link set lo up
 
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+PIDS=$RUN # alive, pid_of: cluster/lib/proc.sh (ctl.sh starts the daemons)
+# shellcheck source=cluster/lib/proc.sh
+. "$HERE/../lib/proc.sh"
 in_ns() { [ "$(readlink /proc/"$1"/ns/net)" = "$(ip netns exec "$NS" readlink /proc/self/ns/net)" ]; }
 
 # Refuse to fight daemons we did not start.
 for d in libvirtd virtqemud virtlogd; do
   for p in $(pidof "$d" 2>/dev/null || true); do
-    if [ "$(cat "$RUN/$d.pid" 2>/dev/null || true)" != "$p" ]; then
+    if [ "$(pid_of "$d" 2>/dev/null || true)" != "$p" ] || ! alive "$d"; then
       echo "up.sh: a $d (pid $p) not started by up.sh is running; stop it first" >&2; exit 1
     fi
   done
@@ -57,7 +59,7 @@ done
 mkdir -p /run/libvirt
 "$HERE/ctl.sh" start-virtlogd
 "$HERE/ctl.sh" start-libvirtd
-in_ns "$(cat "$RUN/libvirtd.pid")" || { echo "up.sh: libvirtd is not in netns $NS" >&2; exit 1; }
+in_ns "$(pid_of libvirtd)" || { echo "up.sh: libvirtd is not in netns $NS" >&2; exit 1; }
 
 # ------------------------------------------------------------------ 5. keys + sshd
 key() { # key FILE TYPE [BITS] [PASSPHRASE]

@@ -175,7 +175,7 @@ func loadConfig() config {
 		DeleteTimeout:       time.Duration(envInt("DELETE_TIMEOUT", 600)) * time.Second,
 		SkipBaseline:        os.Getenv("SKIP_BASELINE") == "1",
 		KeepOnFailure:       os.Getenv("KEEP_ON_FAILURE") == "1",
-		Topology:            getenv("TOPOLOGY", "nat"),
+		Topology:            getenv("TOPOLOGY", "lan"),
 		Runtime:             getenv("E2E_RUNTIME", "local"),
 	}
 	if c.Topology == "lan" {
