@@ -97,7 +97,7 @@ func newImageServer(t testing.TB, data []byte) *imageServer {
 	mux.HandleFunc("/chunked", func(w http.ResponseWriter, _ *http.Request) {
 		for off := 0; off < len(data); off += 64 << 10 {
 			_, _ = w.Write(data[off:min(off+64<<10, len(data))])
-			w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+			w.(http.Flusher).Flush() // net/http's writer
 		}
 	})
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
@@ -109,13 +109,13 @@ func newImageServer(t testing.TB, data []byte) *imageServer {
 	mux.HandleFunc("/cut", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		_, _ = w.Write(data[:len(data)/2])
-		w.(http.Flusher).Flush()    //nolint:forcetypeassert // net/http's writer
+		w.(http.Flusher).Flush()    // net/http's writer
 		panic(http.ErrAbortHandler) // closes the connection mid-body
 	})
 	mux.HandleFunc("/stall", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		_, _ = w.Write(data[:len(data)/2])
-		w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+		w.(http.Flusher).Flush() // net/http's writer
 		select {
 		case <-r.Context().Done():
 		case <-s.quit:
@@ -127,7 +127,7 @@ func newImageServer(t testing.TB, data []byte) *imageServer {
 			if _, err := w.Write(data[off:min(off+256<<10, len(data))]); err != nil {
 				return
 			}
-			w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+			w.(http.Flusher).Flush() // net/http's writer
 			if s.throttle.Load() {
 				select {
 				case <-time.After(30 * time.Millisecond):

@@ -229,7 +229,7 @@ func TestDownloadPolicy(t *testing.T) {
 			}
 			c := New(downloadsFor(t, tc.args.policy, mods...))
 			// Trust the TLS test server's certificate.
-			c.http.Transport.(*guard).rt.(*http.Transport).TLSClientConfig = tlsToImage.Client().Transport.(*http.Transport).TLSClientConfig //nolint:forcetypeassert // ours
+			c.http.Transport.(*guard).rt.(*http.Transport).TLSClientConfig = tlsToImage.Client().Transport.(*http.Transport).TLSClientConfig // ours
 			before := map[*countingServer]int32{}
 			for _, s := range tc.want.untouched {
 				before[s] = s.hits.Load()
@@ -320,12 +320,12 @@ func TestDownloadLimits(t *testing.T) {
 	mux.HandleFunc("/chunked", func(w http.ResponseWriter, _ *http.Request) {
 		for off := 0; off < len(img); off += 64 << 10 {
 			_, _ = w.Write(img[off : off+64<<10])
-			w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+			w.(http.Flusher).Flush() // net/http's writer
 		}
 	})
 	mux.HandleFunc("/exact", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write(img[:1<<20])
-		w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+		w.(http.Flusher).Flush() // net/http's writer
 	})
 	mux.HandleFunc("/no-headers", func(_ http.ResponseWriter, r *http.Request) {
 		select {
@@ -336,7 +336,7 @@ func TestDownloadLimits(t *testing.T) {
 	mux.HandleFunc("/stall", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(512<<10))
 		_, _ = w.Write(img[:256<<10])
-		w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+		w.(http.Flusher).Flush() // net/http's writer
 		select {
 		case <-r.Context().Done():
 		case <-quit:
@@ -346,7 +346,7 @@ func TestDownloadLimits(t *testing.T) {
 		// A byte every 400 ms for 2 s: slow, but never stalled for a second.
 		for i := 0; i < 5; i++ {
 			_, _ = w.Write([]byte{'x'})
-			w.(http.Flusher).Flush() //nolint:forcetypeassert // net/http's writer
+			w.(http.Flusher).Flush() // net/http's writer
 			select {
 			case <-time.After(400 * time.Millisecond):
 			case <-r.Context().Done():
@@ -447,7 +447,7 @@ func TestDownloadLimits(t *testing.T) {
 
 func TestLimitsDefaults(t *testing.T) {
 	c := New(Downloads{})
-	tr := c.http.Transport.(*guard).rt.(*http.Transport) //nolint:forcetypeassert // ours
+	tr := c.http.Transport.(*guard).rt.(*http.Transport) // ours
 	got := fmt.Sprintf("max %d header %v stall %v; transport proxy %v, keep-alives off %v, header timeout %v, compression off %v; resolver %T",
 		c.dl.Limits.MaxBytes, c.dl.Limits.HeaderTimeout, c.dl.Limits.StallTimeout, tr.Proxy != nil, tr.DisableKeepAlives, tr.ResponseHeaderTimeout, tr.DisableCompression, c.dl.Resolver)
 	want := "max 21474836480 header 30s stall 1m0s; transport proxy false, keep-alives off true, header timeout 30s, compression off true; resolver *net.Resolver"
