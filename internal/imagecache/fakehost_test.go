@@ -32,9 +32,9 @@ var (
 	sumA  = strings.Repeat("a", 64)
 	volA  = DigestVolumeName(sumA, FormatQCOW2)
 	pathA = fakestorage.Path(tpool, volA)
-	// legacyVol is a volume name of a release before shared images. A raw one: isDigestName
-	// counts the length of ".img", so it takes a legacy ".qcow2" name for a digest's.
-	legacyVol = "pkvm-base-" + strings.Repeat("b", 24) + ".img"
+	// legacyVol is a volume name of a release before shared images (24 hex characters of a
+	// URL's hash); a ".qcow2" one, the longer of the two legacy forms.
+	legacyVol = "pkvm-base-" + strings.Repeat("b", 24) + ".qcow2"
 )
 
 // testShared is a Shared whose waits take no time, whose claims are never renewed during a

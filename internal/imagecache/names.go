@@ -128,9 +128,23 @@ func ClaimName(volume string) string { return volume + ClaimSuffix }
 
 // IsVolumeName is true for a data volume name VolumeName can return.
 func IsVolumeName(name string) bool {
+	h, ok := volumeHex(name)
+	return ok && (len(h) == legacyHexChars || len(h) == sha256.Size*2)
+}
+
+// isDigestName is true for a data volume name DigestVolumeName returns, named by the image's
+// whole sha256 (not one of an earlier release, named by 24 hex characters of a URL's hash,
+// whatever its extension).
+func isDigestName(name string) bool {
+	h, ok := volumeHex(name)
+	return ok && len(h) == sha256.Size*2
+}
+
+// volumeHex is the lower-hex part of a data volume name (NamePrefix, hex, .qcow2 or .img).
+func volumeHex(name string) (string, bool) {
 	rest, ok := strings.CutPrefix(name, NamePrefix)
 	if !ok {
-		return false
+		return "", false
 	}
 	var h string
 	switch {
@@ -139,15 +153,9 @@ func IsVolumeName(name string) bool {
 	case strings.HasSuffix(rest, ".img"):
 		h = strings.TrimSuffix(rest, ".img")
 	default:
-		return false
+		return "", false
 	}
-	return (len(h) == legacyHexChars || len(h) == sha256.Size*2) && isLowerHex(h)
-}
-
-// isDigestName is true for a data volume name DigestVolumeName returns (not one of an
-// earlier release).
-func isDigestName(name string) bool {
-	return IsVolumeName(name) && len(name) > len(NamePrefix)+legacyHexChars+len(".img")
+	return h, isLowerHex(h)
 }
 
 // dataVolumeOf returns the data volume a marker, claim, owner record or data volume name

@@ -55,6 +55,19 @@ func TestVolumeName(t *testing.T) {
 	if !IsVolumeName(legacy) {
 		t.Errorf("IsVolumeName(%q) = false for a name of an earlier release", legacy)
 	}
+	// A name is a digest name by its hex part, whatever its extension: a legacy .qcow2 name
+	// is one character longer than a legacy .img name, and is no digest name either.
+	for name, want := range map[string]bool{
+		n:      true,
+		legacy: false,
+		"pkvm-base-" + hex.EncodeToString(h[:])[:24] + ".img":   false,
+		"pkvm-base-" + hex.EncodeToString(h[:]) + ".qcow2":      true,
+		"pkvm-base-" + hex.EncodeToString(h[:])[:25] + ".qcow2": false,
+	} {
+		if got := isDigestName(name); got != want {
+			t.Errorf("isDigestName(%q) = %v, want %v", name, got, want)
+		}
+	}
 	if MarkerName(n) != n+".meta" || ClaimName(n) != n+".claim" {
 		t.Error("marker/claim names")
 	}
