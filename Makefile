@@ -159,28 +159,26 @@ test: deps controlplane tools testbed-up lan-up image ## The README's test comma
 	@# bench-latency still boot it for the comparison.
 	SKIP_BASELINE="$${SKIP_BASELINE:-1}" $(MAKE) --no-print-directory e2e
 
-# End to end on a real control plane (cluster/e2e, docs/e2e.md): etcd, kube-apiserver and
-# kube-controller-manager, the Crossplane core out of cluster, the packages of make xpkg
-# installed from a loopback registry, the functions and the provider as local processes.
-# make e2e runs on the LAN test bed (netns node, libvirt hosts host-a and host-b over SSH,
-# guests on their bridges); bench-latency and demo on the single-host NAT test bed (kvmhost).
-# Proxies boot real guests under TCG.
-E2E_DEPS := deps controlplane tools xpkg image
+# End to end on the single-node Kubernetes of cluster/node (cluster/e2e, docs/e2e.md): the
+# Crossplane core and the packages of make xpkg as pods, on the LAN test bed (netns node, libvirt
+# hosts host-a and host-b over SSH, guests on their bridges). Proxies boot real guests under TCG.
+# make e2e, make bench-latency and make demo bring it up the same way.
+E2E_DEPS := deps controlplane node-build tools xpkg image lan-up
 
 .PHONY: e2e
-e2e: $(E2E_DEPS) node-build lan-up ## Proxies end to end on two hosts across a LAN, Crossplane and the packages as pods on a single-node Kubernetes in netns node: two Proxies, a claim, squid 204 through each guest's LAN address, deletion, timeline vs plain virsh on the bridge (~12 min).
-	TOPOLOGY=lan cluster/e2e/run.sh
+e2e: $(E2E_DEPS) ## Proxies end to end on two hosts across a LAN, Crossplane and the packages as pods on a single-node Kubernetes in netns node: every example of examples/proxy booted at once, squid 204 through each guest's LAN address, deletion, timeline vs plain virsh on the bridge (~12 min).
+	cluster/e2e/run.sh e2e
 
 .PHONY: bench-latency
-bench-latency: $(E2E_DEPS) testbed-up ## What the provider adds to a Proxy's boot, at its default flags: setup, readiness and deletion latency, boot vs plain virsh (3 runs, ~20 min).
-	TOPOLOGY=nat E2E_BENCH=1 E2E_RUN='^TestBenchLatency$$' cluster/e2e/run.sh
+bench-latency: $(E2E_DEPS) ## What the provider adds to a Proxy's boot, at its default flags: setup, readiness and deletion latency, boot vs plain virsh on the same bridge (BENCH_RUNS=3 runs, ~20 min).
+	cluster/e2e/run.sh bench
 
 .PHONY: demo
-demo: $(E2E_DEPS) testbed-up ## Bring up the control plane and one running Proxy, print how to use it (first run builds ~25 min).
+demo: $(E2E_DEPS) ## Bring up the node, Crossplane, the provider and one running Proxy, print how to use it (first run builds ~25 min).
 	cluster/e2e/demo.sh up
 
 .PHONY: demo-down
-demo-down: ## Stop make demo: delete its Proxy through Kubernetes, stop its processes, check the host is clean.
+demo-down: ## Stop make demo: delete its Proxy through Kubernetes, stop the servers and the node, check the hosts are clean.
 	cluster/e2e/demo.sh down
 
 .PHONY: bench

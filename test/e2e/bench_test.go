@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -36,26 +37,20 @@ const (
 	targetBoot      = 3 * time.Second // domain started -> first 204, over the plain-virsh boot
 )
 
-// benchRuns is how many Proxies are created, one after the other (BENCH_RUNS).
-var benchRuns = envInt("BENCH_RUNS", 3)
-
 // latency is one Proxy's run; a zero duration is a step that was not seen.
 type latency struct {
 	setup, boot, readiness, deletion, baseline time.Duration
 }
 
-// TestBenchLatency is make bench-latency (cluster/e2e/run.sh with E2E_BENCH=1): with the
+// TestBenchLatency is make bench-latency (cluster/e2e/run.sh bench): with the
 // provider at its default flags, it caches the image once (BaseImage team-a/debian-12), then
-// benchRuns times boots the plain-virsh baseline and creates and deletes Proxy team-a/proxy-a,
+// e.cfg.BenchRuns times boots the plain-virsh baseline and creates and deletes Proxy team-a/proxy-a,
 // one guest at a time. Each step is timed from outside the provider: the domain's start and
 // power-off from libvirt's lifecycle events on the test's own connection, and the guest's
 // readiness by an independent prober that sends a request through the guest's squid every
 // 0.5 s. It prints a table and fails when a median misses its target.
 func TestBenchLatency(t *testing.T) {
-	if os.Getenv("E2E_BENCH") != "1" {
-		t.Skip("make bench-latency runs this test (E2E_BENCH=1)")
-	}
-	e := requireEnv(t)
+	e := requireEnv(t, ModeBench)
 	ctx := context.Background()
 	keep, err := e.hosts.BaseVolumes()
 	if err != nil {
@@ -91,13 +86,13 @@ func TestBenchLatency(t *testing.T) {
 	if err := waitFor(ctx, "the provider's managed resource controllers started", time.Second, 120*time.Second, e.controllersStarted); err != nil {
 		t.Fatal(err)
 	}
-	logf("bench-latency: image cached; %d runs of plain virsh then a Proxy, one guest at a time (provider --poll=%s)", benchRuns, e.cfg.Poll)
+	logf("bench-latency: image cached; %d runs of plain virsh then a Proxy, one guest at a time (provider --poll=%s)", e.cfg.BenchRuns, e.cfg.Poll)
 
 	var runs []latency
-	for i := 1; i <= benchRuns; i++ {
+	for i := 1; i <= e.cfg.BenchRuns; i++ {
 		var l latency
 		if !e.cfg.SkipBaseline {
-			if err := e.baseline(ctx); err != nil {
+			if err := e.lanBaseline(ctx); err != nil {
 				t.Fatal(err)
 			}
 			l.baseline = seconds(e.tl.baseline)
@@ -190,6 +185,28 @@ func (e *env) benchProxy(ctx context.Context, ev *lifecycle, vals map[string]str
 	})
 }
 
+// lanLeaseIP is the address the LAN's DHCP server (cluster/lan's dnsmasq) leased to the
+// domain's first interface, read from the domain's MAC and the lease file: known to the test
+// without the provider; "" while there is none.
+func (e *env) lanLeaseIP(domain string) string {
+	dom, err := e.hosts.First().DomainXML(domain)
+	if err != nil || dom.Devices == nil || len(dom.Devices.Interfaces) == 0 || dom.Devices.Interfaces[0].MAC == nil {
+		return ""
+	}
+	mac := strings.ToLower(dom.Devices.Interfaces[0].MAC.Address)
+	b, err := os.ReadFile(e.cfg.DHCPLeases)
+	if err != nil {
+		return ""
+	}
+	// dnsmasq's lease file: EXPIRY MAC IP HOSTNAME CLIENT-ID, one lease a line.
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && strings.ToLower(f[1]) == mac {
+			return f[2]
+		}
+	}
+	return ""
+}
+
 // probeUntil204 sends GET probeURL through the squid of domain every 0.5 s and reports the
 // time of the first 204.
 func (e *env) probeUntil204(ctx context.Context, domain, probeURL string, first chan<- time.Time) {
@@ -198,7 +215,7 @@ func (e *env) probeUntil204(ctx context.Context, domain, probeURL string, first 
 	ip := ""
 	for {
 		if ip == "" {
-			ip = e.hosts.First().LeaseIP(domain)
+			ip = e.lanLeaseIP(domain)
 		}
 		if ip != "" {
 			proxy := &url.URL{Scheme: "http", Host: ip + ":3128"}
@@ -353,10 +370,15 @@ func seconds(s string) time.Duration {
 	return time.Duration(f * float64(time.Second))
 }
 
-// controllersStarted: the provider's metrics show a work queue for each managed resource
-// controller (controller-runtime creates it when the controller starts).
+// controllersStarted: the provider's metrics (its pod's :8080, reached from node over the pods'
+// bridge) show a work queue for each managed resource controller (controller-runtime creates
+// it when the controller starts).
 func (e *env) controllersStarted(ctx context.Context) error {
-	body, err := httpBody(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", e.cfg.ProviderMetricsPort), 5*time.Second)
+	pod, err := e.providerPod(ctx)
+	if err != nil {
+		return err
+	}
+	body, err := httpBody(ctx, "http://"+net.JoinHostPort(pod.Status.PodIP, "8080")+"/metrics", 5*time.Second)
 	if err != nil {
 		return err
 	}

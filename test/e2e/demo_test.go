@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -14,16 +13,13 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 )
 
-// TestDemo is make demo after the bring-up (cluster/e2e/demo.sh up sets E2E_DEMO=1): the
+// TestDemo is make demo after the bring-up (cluster/e2e/demo.sh up): the
 // installation, then Proxy demo/squid, which caches its own image; it waits until the Proxy
 // is Ready, checks its Secret and a 204 through it, and prints how to use it. Run again while
 // the demo is up, it finds the Proxy and only checks it and prints the usage. On failure it
 // deletes the Proxy it created through Kubernetes.
 func TestDemo(t *testing.T) {
-	if os.Getenv("E2E_DEMO") != "1" {
-		t.Skip("make demo runs this test (cluster/e2e/demo.sh up sets E2E_DEMO=1)")
-	}
-	e := requireEnv(t)
+	e := requireEnv(t, ModeDemo)
 	ctx := context.Background()
 	if err := e.waitServers(ctx); err != nil {
 		t.Fatal(err)
@@ -58,7 +54,7 @@ func TestDemo(t *testing.T) {
 	} else {
 		vals := e.values()
 		if !e.cfg.BringUpStart.IsZero() {
-			logf("control plane, Crossplane, functions, provider and packages up in %ss", secs(time.Since(e.cfg.BringUpStart)))
+			logf("node, Crossplane, functions and provider up in %ss", secs(time.Since(e.cfg.BringUpStart)))
 		}
 		logf("creating Proxy demo/squid (caches the guest image from %s, then boots it; several minutes under TCG)", vals["IMAGE_URL_DEMO"])
 		t0 := time.Now()
@@ -86,22 +82,23 @@ func TestDemo(t *testing.T) {
 
 func (e *env) usage(url, addr string) {
 	fmt.Printf(`
-The demo is running: Proxy demo/squid is Ready (a squid VM on the test bed, booted under TCG).
-Everything lives in network namespace %[1]s; the guest network is reachable only there.
+The demo is running: Proxy demo/squid is Ready (a squid VM on host %[4]s of the LAN test bed,
+booted under TCG), on the single-node Kubernetes in network namespace %[1]s, where Crossplane
+and the provider run as pods. The LAN and the guests are reachable only from that namespace.
 
-  # kubectl against the demo's API server (kubectl of make controlplane, run inside the namespace):
-  cluster/e2e/kubectl.sh -n demo get proxy squid
-  cluster/e2e/kubectl.sh -n demo get seedvolumes,kvmdomains,baseimages,secrets
-  cluster/e2e/kubectl.sh -n demo get secret squid-proxy -o jsonpath='{.data.url}' | base64 -d
+  # kubectl against the node's API server:
+  cluster/node/kubectl.sh -n demo get proxy squid
+  cluster/node/kubectl.sh -n demo get seedvolumes,kvmdomains,baseimages,secrets
+  cluster/node/kubectl.sh -n demo get secret squid-proxy -o jsonpath='{.data.url}' | base64 -d
 
-  # use the proxy: pods use the Secret's url, %[2]s (its Service; this demo has no
-  # cluster DNS), here the guest's address behind it, %[6]s:
+  # use the proxy: pods use the Secret's url, %[2]s (its Service), here the guest's
+  # address behind it, %[6]s:
   ip netns exec %[1]s curl -sS -o /dev/null -w '%%{http_code}\n' -x http://%[6]s %[3]s
 
-  # the VM on the host:
-  virsh -c %[4]s list --all        (domain demo_squid)
+  # the VM on the host (its libvirtd's socket, as this machine sees it):
+  virsh -c 'qemu+unix:///system?socket=%[7]s' list --all        (domain demo_squid)
 
 Logs: %[5]s    Stop and clean up: make demo-down
 
-`, e.cfg.Netns, url, e.probeURL, e.cfg.LibvirtURI, e.cfg.Logs, addr)
+`, e.cfg.Netns, url, e.probeURL, e.cfg.Hosts[0].SSHHost, e.cfg.Logs, addr, e.cfg.Hosts[0].Socket)
 }

@@ -20,7 +20,6 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -125,7 +124,7 @@ func (p proxyCase) object() *unstructured.Unstructured {
 // down to nothing on either host; the timeline. The steps are subtests that run in order;
 // each needs the ones before it (except baseline), and a failed one ends the test.
 func TestE2E(t *testing.T) {
-	e := requireEnv(t)
+	e := requireEnv(t, ModeE2E)
 	ctx := context.Background()
 	// Base image volumes that were there before (a running demo's): not this test's.
 	keep, err := e.hosts.BaseVolumes()
@@ -168,15 +167,8 @@ func TestE2E(t *testing.T) {
 			logf("2/5 baseline skipped (SKIP_BASELINE=1)")
 			t.Skip("SKIP_BASELINE=1")
 		}
-		if e.cfg.Topology == "lan" {
-			logf("2/5 baseline: the guest image booted with plain virsh on host-a's bridge to a squid 204 from node (test/lan, 2 vCPU, 1024 MiB)")
-			if err := e.lanBaseline(ctx); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-		logf("2/5 baseline: the guest image booted with plain virsh to a squid 204 (boot-check.sh, %d vCPU, %d MiB)", e.cfg.VCPUs, e.cfg.MemMiB)
-		if err := e.baseline(ctx); err != nil {
+		logf("2/5 baseline: the guest image booted with plain virsh on host-a's bridge to a squid 204 from node (test/lan, 2 vCPU, 1024 MiB)")
+		if err := e.lanBaseline(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -502,7 +494,7 @@ func (e *env) lanBaseline(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	bin := filepath.Join(getenv("E2E_OUT", filepath.Join(e.cfg.Repo, "_output", "e2e")), "lan.test")
+	bin := filepath.Join(e.cfg.Out, "lan.test")
 	cmd := exec.CommandContext(ctx, bin, "-test.run", "^TestGuestOnHostBridge$", "-test.v", "-test.count=1",
 		"-test.timeout", fmt.Sprintf("%ds", int(e.cfg.GuestTimeout.Seconds())+120))
 	cmd.Dir = filepath.Join(e.cfg.Repo, "test", "lan")
@@ -529,138 +521,56 @@ func (e *env) lanBaseline(ctx context.Context) error {
 	return nil
 }
 
-func (e *env) baseline(ctx context.Context) error {
-	logPath := filepath.Join(e.cfg.Logs, "boot-check.log")
-	f, err := os.Create(logPath)
+// requireEnv skips the test (fails it when CI is set) unless the run's configuration names
+// the test's mode, and the test runs inside the node's network namespace with the node up;
+// then it connects.
+func requireEnv(t *testing.T, mode string) *env {
+	t.Helper()
+	cfg := loadRunConfig(t)
+	if cfg.Mode != mode {
+		// Not a missing part: the test belongs to another make target.
+		t.Skipf("make %s runs this test; the configuration is make %s's", runTarget(mode), runTarget(cfg.Mode))
+	}
+	why := ""
+	switch {
+	case !insideNetns(cfg.Netns):
+		why = "this process is not inside network namespace " + cfg.Netns
+	case len(cfg.Hosts) == 0:
+		why = "the configuration names no LAN host (LAN_HOSTS)"
+	}
+	if _, err := os.Stat(cfg.Kubeconfig); why == "" && err != nil {
+		why = "no " + cfg.Kubeconfig + " (the node is not up)"
+	}
+	if why != "" {
+		notRun(t, why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := newEnv(cfg)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(e.cfg.Repo, "cluster", "testbed", "boot-check.sh"))
-	cmd.Env = append(os.Environ(), fmt.Sprintf("VCPUS=%d", e.cfg.VCPUs), fmt.Sprintf("MEM_MB=%d", e.cfg.MemMiB),
-		fmt.Sprintf("TIMEOUT=%d", int(e.cfg.GuestTimeout.Seconds())), "IMAGE="+e.cfg.Image)
-	cmd.Stdout, cmd.Stderr = f, f
-	err = cmd.Run()
-	_ = f.Close()
-	out, _ := os.ReadFile(logPath)
-	if err != nil {
-		return fmt.Errorf("the plain-virsh boot check failed (%v): the test bed or the image is broken, not the provider; %s:\n%s", err, logPath, tail(logPath, 30))
-	}
-	show := regexp.MustCompile(`running|IP|204|timeline|setup`)
-	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-		if show.MatchString(l) {
-			fmt.Println("  " + l)
-		}
-	}
-	// boot-check's last lines: "timeline (s from virsh start): running=1.0 lease-ip=41.5 ...",
-	// "setup before start: 2.1s (...)", "start->204 = 79.5s".
-	last := func(re string) string {
-		m := regexp.MustCompile(re).FindAllStringSubmatch(string(out), -1)
-		if len(m) == 0 {
-			return "n/a"
-		}
-		return m[len(m)-1][1]
-	}
-	base := last(`start->204 = ([0-9.]+)s`)
-	if base == "n/a" {
-		return fmt.Errorf("boot-check.sh printed no start->204 line; see %s", logPath)
-	}
-	e.tl.column(baselineSubject)
-	e.tl.baseline = base
-	e.tl.add(baselineSubject, evStarted, "0.0")
-	e.tl.add(baselineSubject, evAddress, last(`timeline.* lease-ip=([0-9.]+)`))
-	e.tl.add(baselineSubject, evDomainReady, base)
-	e.tl.add(baselineSubject, evProxyReady, base)
-	e.tl.add("baseline", "plain virsh: upload, overlay, seed, define before start", last(`setup before start: ([0-9.]+)s`))
-	return nil
-}
-
-// xrsLeft lists the Proxies and ProxyClaims of the namespaces and every XProxy.
-func (e *env) xrsLeft(ctx context.Context, namespaces []string) []string {
-	var out []string
-	for _, gvk := range []schema.GroupVersionKind{gvkProxy, gvkProxyClaim, gvkXProxy} {
-		l := &unstructured.UnstructuredList{}
-		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if gvk == gvkXProxy { // cluster-scoped
-			if e.c.List(ctx, l) == nil {
-				out = append(out, names(l)...)
-			}
-			continue
-		}
-		for _, ns := range namespaces {
-			if e.c.List(ctx, l, client.InNamespace(ns)) == nil {
-				out = append(out, names(l)...)
-			}
-		}
-	}
-	return out
-}
-
-// managedIn: a managed resource of ours is in one of the namespaces.
-func (e *env) managedIn(ctx context.Context, namespaces []string) bool {
-	left, err := e.managedLeft(ctx, namespaces, kvmDomains, seedVolumes, baseImages)
-	return err != nil || len(left) > 0
-}
-
-// teardown deletes the Proxies, claims and then the BaseImages of the namespaces through
-// Kubernetes, waits up to mrTimeout for the managed resources to go and up to hostTimeout for
-// the host to hold nothing of them (and no base volume but those in keep).
-func (e *env) teardown(ctx context.Context, namespaces []string, keep map[string]bool, mrTimeout, hostTimeout time.Duration) error {
+	t.Cleanup(e.hosts.Close)
 	if !apiReady(ctx, e.c) {
-		logf("the API server does not answer: skipping the deletion through Kubernetes")
-		return nil
+		t.Fatalf("the API server of %s does not answer", cfg.Kubeconfig)
 	}
-	if !e.providerAlive(ctx) {
-		logf("the provider does not answer: skipping the deletion through Kubernetes")
-		return nil
-	}
-	logf("deleting the Proxies, claims and BaseImages of %s through Kubernetes", strings.Join(namespaces, ", "))
-	for _, ns := range namespaces {
-		for _, gvk := range []schema.GroupVersionKind{gvkProxyClaim, gvkProxy} {
-			if err := e.c.DeleteAllOf(ctx, newUnstructured(gvk, "", ""), client.InNamespace(ns)); err != nil && !kerrors.IsNotFound(err) {
-				logf("  deleting the %ss of %s: %v", gvk.Kind, ns, err)
-			}
-		}
-	}
-	var errs []error
-	if err := waitFor(ctx, "their managed resources to be deleted", 2*time.Second, mrTimeout, func(ctx context.Context) error {
-		left, err := e.managedLeft(ctx, namespaces, kvmDomains, seedVolumes)
-		if err == nil && len(left) > 0 {
-			err = fmt.Errorf("left: %s", strings.Join(left, ", "))
-		}
-		return err
-	}); err != nil {
-		errs = append(errs, err)
-	}
-	for _, ns := range namespaces {
-		if err := e.c.DeleteAllOf(ctx, &v1alpha1.BaseImage{}, client.InNamespace(ns)); err != nil && !kerrors.IsNotFound(err) {
-			logf("  deleting the BaseImages of %s: %v", ns, err)
-		}
-	}
-	if err := waitFor(ctx, "the test bed to hold nothing of "+strings.Join(namespaces, ", "), 2*time.Second, hostTimeout, func(context.Context) error {
-		left, err := e.hosts.Leftovers(namespaces, keep)
-		if err == nil && len(left) > 0 {
-			err = fmt.Errorf("left: %s", objectList(left))
-		}
-		return err
-	}); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return e
 }
 
-// teardownMain is -e2e.teardown (make demo-down): delete through Kubernetes and wait.
-func teardownMain(namespaces []string) int {
-	ctx := context.Background()
-	e, err := newEnv()
-	if err != nil {
-		warnf("%v", err)
-		return 1
+// notRun skips the test with a loud reason, or fails it when CI is set.
+func notRun(t *testing.T, why string) {
+	t.Helper()
+	msg := "E2E TEST NOT RUN: " + why + "; make e2e, make bench-latency and make demo (cluster/e2e) bring the node up and run these tests inside its namespace"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
 	}
-	defer e.hosts.Close()
-	keep := map[string]bool{}
-	if err := e.teardown(ctx, namespaces, keep, e.cfg.DeleteTimeout, 300*time.Second); err != nil {
-		warnf("%v", err)
-		return 1
+	t.Skip(msg)
+}
+
+// runTarget is the make target of a mode.
+func runTarget(mode string) string {
+	if mode == ModeBench {
+		return "bench-latency"
 	}
-	return 0
+	return mode
 }

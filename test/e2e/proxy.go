@@ -262,7 +262,7 @@ func orQ(s string) string { return orDefault(s, "?") }
 
 // checkPlacement: the Proxy's KVMDomain ns/name and its BaseImage ns/image use the
 // ClusterProviderConfig of host hostName; its domain is defined on that host only, attached
-// as that host's defaults say (its bridge or NAT network); on a bridge the guest's address came
+// as that host's defaults say (its bridge); on a bridge the guest's address came
 // from the guest agent (or ARP), there being no libvirt lease; the image's volume is on that
 // host.
 func (e *env) checkPlacement(ctx context.Context, ns, name, image, hostName string) error {
@@ -308,10 +308,7 @@ func (e *env) checkPlacement(ctx context.Context, ns, name, image, hostName stri
 			}
 		}
 	}
-	want := "network " + hc.Network
-	if hc.Bridge != "" {
-		want = "bridge " + hc.Bridge
-	}
+	want := "bridge " + hc.Bridge
 	if len(attached) != 1 || attached[0] != want {
 		return fmt.Errorf("%s: domain %s on %s is attached to %v, want %s", label, domain, hostName, attached, want)
 	}

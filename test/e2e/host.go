@@ -27,10 +27,9 @@ func dialHosts(cfg config) (hosts, error) {
 	return hostinspect.Dial(list)
 }
 
-// cleanMain is -e2e.clean: remove what is left of the namespaces (and any base image volume)
-// on the test bed, saying what; exit 1 when something could not be removed.
-func cleanMain(namespaces []string) int {
-	cfg := loadConfig()
+// clean is e2ectl clean: remove what is left of the namespaces (and any base image volume)
+// on the hosts, saying what; 1 when something could not be removed.
+func clean(cfg config, namespaces []string) int {
 	hs, err := dialHosts(cfg)
 	if err != nil {
 		warnf("%v", err)

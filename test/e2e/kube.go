@@ -17,7 +17,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -175,8 +173,6 @@ func (e *env) values() map[string]string {
 		return fmt.Sprintf("http://%s/%s/%s", net.JoinHostPort(e.cfg.ImageHost, fmt.Sprint(e.cfg.ImagePort)), dir, base)
 	}
 	return map[string]string{
-		"REGISTRY":       fmt.Sprintf("127.0.0.1:%d", e.cfg.RegistryPort),
-		"PKG_TAG":        e.cfg.PkgTag,
 		"IMAGE_PORT":     fmt.Sprint(e.cfg.ImagePort),
 		"IMAGE_HOST":     e.cfg.ImageHost,
 		"IMAGE_SHA256":   e.imageSHA256,
@@ -275,15 +271,9 @@ func (e *env) install(ctx context.Context) error {
 		return err
 	}
 
-	var rev string
-	var err error
-	if e.cfg.Runtime == "node" {
-		// cluster/node/packages.sh installed the packages before the test: the package
-		// runtime runs the provider and both functions as pods.
-		rev, err = e.packagesAsPods(ctx)
-	} else {
-		rev, err = e.installLocal(ctx, vals)
-	}
+	// cluster/node/packages.sh installed the packages before the test: the package runtime
+	// runs the provider and both functions as pods.
+	rev, err := e.packagesAsPods(ctx)
 	if err != nil {
 		return err
 	}
@@ -357,14 +347,14 @@ func (e *env) install(ctx context.Context) error {
 
 	// Each host's sshd/libvirtd as a ClusterProviderConfig: the SSH key and the pinned
 	// known_hosts (every host's key) in one Secret; TCG guests (domainType qemu), the host's
-	// pool, its NAT network or its bridge.
+	// pool and its bridge.
 	key, err := os.ReadFile(e.cfg.SSHKey)
 	if err != nil {
-		return fmt.Errorf("the hosts' SSH key (TESTBED_SSH_KEY or LAN_SSH_KEY): %w", err)
+		return fmt.Errorf("the hosts' SSH key (LAN_SSH_KEY): %w", err)
 	}
 	kh, err := os.ReadFile(e.cfg.KnownHosts)
 	if err != nil {
-		return fmt.Errorf("the hosts' known_hosts (TESTBED_SSH_KNOWN_HOSTS or LAN_SSH_KNOWN_HOSTS): %w", err)
+		return fmt.Errorf("the hosts' known_hosts (LAN_SSH_KNOWN_HOSTS): %w", err)
 	}
 	if err := e.ensureSecret(ctx, "crossplane-system", "testbed-ssh", map[string][]byte{"ssh-privatekey": key, "known_hosts": kh}); err != nil {
 		return err
@@ -376,67 +366,6 @@ func (e *env) install(ctx context.Context) error {
 		logf("ClusterProviderConfig %s: ssh %s@%s:%d (pinned host key), domainType qemu, pool %s, %s", h.Name, e.cfg.SSHUser, h.SSHHost, h.SSHPort, h.Pool, h.attachment())
 	}
 	return nil
-}
-
-// installLocal plays the package runtime's part for the local runtime (functions and provider
-// as local processes, --package-runtime=External): FunctionRevisions whose endpoints point at
-// the local functions, the packages, and the provider revision's webhook TLS Secret.
-func (e *env) installLocal(ctx context.Context, vals map[string]string) (string, error) {
-	// Functions: local processes serving mTLS; a paused FunctionRevision for each whose
-	// status.endpoint points at it, under the names the Compositions use.
-	for _, fn := range []struct {
-		name, image string
-		port        int
-	}{
-		{fnProxy, fmt.Sprintf("127.0.0.1:%d/provider-kvm/function-kvm-proxy:%s", e.cfg.RegistryPort, e.cfg.PkgTag), e.cfg.FnProxyPort},
-		{fnAutoReady, "xpkg.crossplane.io/crossplane-contrib/function-auto-ready:v0.7.0", e.cfg.FnAutoReadyPort},
-	} {
-		fv := maps.Clone(vals)
-		fv["FN_NAME"], fv["FN_IMAGE"] = fn.name, fn.image
-		if err := e.apply(ctx, "functionrevision.yaml", fv); err != nil {
-			return "", err
-		}
-		fr := &pkgv1.FunctionRevision{ObjectMeta: metav1.ObjectMeta{Name: fn.name + "-local"}}
-		patch := fmt.Sprintf(`{"status":{"endpoint":"127.0.0.1:%d","capabilities":["composition"]}}`, fn.port)
-		if err := e.c.Status().Patch(ctx, fr, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-			return "", fmt.Errorf("FunctionRevision %s status: %w", fr.Name, err)
-		}
-		logf("FunctionRevision %s -> 127.0.0.1:%d (mTLS)", fr.Name, fn.port)
-	}
-
-	// The provider's managed resource CRDs arrive as ManagedResourceDefinitions (safe-start):
-	// the activation policy activates them.
-	if err := e.apply(ctx, "activation-policy.yaml", vals); err != nil {
-		return "", err
-	}
-	if err := e.apply(ctx, "packages.yaml", vals); err != nil {
-		return "", err
-	}
-
-	// With --package-runtime=External nobody plays the runtime's part: the establisher waits
-	// for status.tlsServerSecretName (the webhook TLS Secret) before it installs the CRDs.
-	rev, err := e.providerRevision(ctx)
-	if err != nil {
-		return "", err
-	}
-	pki := filepath.Join(e.cfg.Work, "pki", "fn-server")
-	data := map[string][]byte{}
-	for key, f := range map[string]string{"tls.crt": "tls.crt", "tls.key": "tls.key", "ca.crt": "ca.crt"} {
-		b, err := os.ReadFile(filepath.Join(pki, f))
-		if err != nil {
-			return "", err
-		}
-		data[key] = b
-	}
-	if err := e.ensureSecret(ctx, "crossplane-system", "provider-kvm-tls-server", data); err != nil {
-		return "", err
-	}
-	pr := &pkgv1.ProviderRevision{ObjectMeta: metav1.ObjectMeta{Name: rev}}
-	if err := e.c.Status().Patch(ctx, pr, client.RawPatch(types.MergePatchType, []byte(`{"status":{"tlsServerSecretName":"provider-kvm-tls-server"}}`))); err != nil {
-		return "", fmt.Errorf("ProviderRevision %s status: %w", rev, err)
-	}
-	logf("ProviderRevision %s: status.tlsServerSecretName set by hand", rev)
-	return rev, e.revisionHealthy(ctx, &pkgv1.ProviderRevision{}, rev)
 }
 
 // providerRevision waits for the ProviderRevision of provider-kvm and returns its name.
@@ -593,29 +522,34 @@ func (e *env) secretData(ctx context.Context, ns, name string) (map[string][]byt
 	return s.Data, nil
 }
 
-// providerAlive: the provider answers on its metrics address, or (as a pod) its Provider is
-// Healthy with a Ready pod; without it, deleting through Kubernetes would wait on finalizers
-// forever.
+// providerAlive: the Provider is Healthy with a Ready pod; without it, deleting through
+// Kubernetes would wait on finalizers forever.
 func (e *env) providerAlive(ctx context.Context) bool {
-	if e.cfg.Runtime != "node" {
-		return httpStatus(ctx, nil, fmt.Sprintf("http://127.0.0.1:%d/metrics", e.cfg.ProviderMetricsPort), 5*time.Second) == 200
-	}
+	_, err := e.providerPod(ctx)
+	return err == nil
+}
+
+// providerPod is the Ready pod of the Provider's current revision.
+func (e *env) providerPod(ctx context.Context) (*corev1.Pod, error) {
 	p := &pkgv1.Provider{}
-	if e.c.Get(ctx, client.ObjectKey{Name: "provider-kvm"}, p) != nil || p.GetCondition(pkgv1.TypeHealthy).Status != corev1.ConditionTrue {
-		return false
+	if err := e.c.Get(ctx, client.ObjectKey{Name: "provider-kvm"}, p); err != nil {
+		return nil, fmt.Errorf("Provider provider-kvm: %w", err)
+	}
+	if p.GetCondition(pkgv1.TypeHealthy).Status != corev1.ConditionTrue {
+		return nil, errors.New("Provider provider-kvm is not Healthy")
 	}
 	l := &corev1.PodList{}
-	if e.c.List(ctx, l, client.InNamespace("crossplane-system"), client.MatchingLabels{"pkg.crossplane.io/revision": p.Status.CurrentRevision}) != nil {
-		return false
+	if err := e.c.List(ctx, l, client.InNamespace("crossplane-system"), client.MatchingLabels{"pkg.crossplane.io/revision": p.Status.CurrentRevision}); err != nil {
+		return nil, fmt.Errorf("the provider's pods: %w", err)
 	}
-	for _, pod := range l.Items {
-		for _, c := range pod.Status.Conditions {
+	for i := range l.Items {
+		for _, c := range l.Items[i].Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return true
+				return &l.Items[i], nil
 			}
 		}
 	}
-	return false
+	return nil, fmt.Errorf("no Ready pod of provider revision %s", p.Status.CurrentRevision)
 }
 
 // ------------------------------------------------------------------ environment
@@ -633,8 +567,7 @@ type env struct {
 }
 
 // newEnv connects to the control plane and the test bed.
-func newEnv() (*env, error) {
-	cfg := loadConfig()
+func newEnv(cfg config) (*env, error) {
 	c, err := newClient(cfg)
 	if err != nil {
 		return nil, err
@@ -644,7 +577,7 @@ func newEnv() (*env, error) {
 		return nil, err
 	}
 	e := &env{cfg: cfg, c: c, hosts: hs, tl: &timeline{}}
-	if e.originIP, e.guestCIDR, err = origin(cfg, hs); err != nil {
+	if e.originIP, e.guestCIDR, err = origin(cfg); err != nil {
 		hs.Close()
 		return nil, err
 	}
@@ -657,46 +590,13 @@ func newEnv() (*env, error) {
 	return e, nil
 }
 
-// requireEnv skips the test (fails it when CI is set) unless it runs inside the test bed's
-// network namespace with a control plane of cluster/e2e up; then it connects.
-func requireEnv(t *testing.T) *env {
-	t.Helper()
-	cfg := loadConfig()
-	why := ""
-	if _, err := os.Stat(cfg.Kubeconfig); err != nil {
-		why = "no " + cfg.Kubeconfig + " (no control plane of cluster/e2e is up)"
-	} else if !insideNetns(cfg.Netns) {
-		why = "this process is not inside network namespace " + cfg.Netns
-	} else if len(cfg.Hosts) == 0 {
-		why = "the TESTBED_* (TOPOLOGY=nat) or LAN_* (TOPOLOGY=lan) variables are not set"
-	}
-	if why != "" {
-		msg := "E2E TEST NOT RUN: " + why + "; run make e2e (cluster/e2e/run.sh), which brings up the control plane and runs this test inside the test bed's namespace"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	e, err := newEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.hosts.Close)
-	if !apiReady(ctx, e.c) {
-		t.Fatalf("the API server of %s does not answer", cfg.Kubeconfig)
-	}
-	return e
-}
-
 // origin is where the 204 origin listens and the guests' network: node's LAN address and the
-// LAN on the LAN topology, the NAT network's gateway and the NAT network otherwise.
-func origin(cfg config, hs hosts) (ip, cidr string, err error) {
-	if cfg.OriginIP != "" {
-		return cfg.OriginIP, cfg.GuestCIDR, nil
+// LAN.
+func origin(cfg config) (ip, cidr string, err error) {
+	if cfg.OriginIP == "" || cfg.GuestCIDR == "" {
+		return "", "", errors.New("the configuration names no LAN (LAN_NODE_IP, LAN_SUBNET)")
 	}
-	return hs.First().BridgeIP(cfg.Hosts[0].Network)
+	return cfg.OriginIP, cfg.GuestCIDR, nil
 }
 
 // insideNetns: this process is inside network namespace name.

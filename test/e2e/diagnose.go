@@ -91,10 +91,8 @@ func (e *env) diagnose(ctx context.Context, namespaces []string) {
 	} else {
 		fmt.Fprintln(w, "  (the API server does not answer)")
 	}
-	if e.cfg.Runtime == "node" {
-		if err := e.podLogs(ctx); err != nil {
-			fmt.Fprintf(w, "  (the pods' logs: %v)\n", err)
-		}
+	if err := e.podLogs(ctx); err != nil {
+		fmt.Fprintf(w, "  (the pods' logs: %v)\n", err)
 	}
 	for _, name := range []string{"provider", "crossplane", "function-kvm-proxy", "function-auto-ready", "http-servers"} {
 		printErrors(w, filepath.Join(e.cfg.Logs, name+".log"))
@@ -121,8 +119,7 @@ func (e *env) diagnose(ctx context.Context, namespaces []string) {
 }
 
 // podLogs writes the logs of the provider's, the functions' and the core's pods to
-// cfg.Logs/NAME.log, where the local runtime's processes write theirs (the kubelet serves them
-// through the API server).
+// cfg.Logs/NAME.log (the kubelet serves them through the API server).
 func (e *env) podLogs(ctx context.Context) error {
 	rc, err := clientcmd.BuildConfigFromFlags("", e.cfg.Kubeconfig)
 	if err != nil {
@@ -222,9 +219,8 @@ func printErrors(w io.Writer, path string) {
 	}
 }
 
-// diagnoseMain is -e2e.diagnose: the diagnostics after a bring-up that failed before a test ran.
-func diagnoseMain() int {
-	cfg := loadConfig()
+// diagnoseRun is e2ectl diagnose: the diagnostics after a bring-up that failed before a test ran.
+func diagnoseRun(cfg config, namespaces []string) int {
 	e := &env{cfg: cfg, tl: &timeline{}}
 	if _, err := os.Stat(cfg.Kubeconfig); err == nil {
 		if c, err := newClient(cfg); err == nil {
@@ -235,6 +231,6 @@ func diagnoseMain() int {
 		e.hosts = hs
 		defer hs.Close()
 	}
-	e.diagnose(context.Background(), []string{"team-a", "team-b"})
+	e.diagnose(context.Background(), namespaces)
 	return 0
 }

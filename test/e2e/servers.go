@@ -97,22 +97,16 @@ func listen(ctx context.Context, addr string, h http.Handler) (func() error, err
 	}, nil
 }
 
-// serveMain is -e2e.serve: the image server on ImageHost:IMAGE_PORT and the 204 origin on the
-// guests' gateway (NAT) or node's LAN address, port ORIGIN_PORT (the guests reach it there), until SIGTERM. lib.sh
-// starts it as a process, for make e2e and for make demo (whose Proxy keeps probing the origin).
-func serveMain() int {
-	cfg := loadConfig()
+// serve is e2ectl serve: the image server on ImageHost:IMAGE_PORT and the 204 origin on
+// node's LAN address, port ORIGIN_PORT (the guests reach it there), until SIGTERM. lib.sh
+// starts it as a process, for make e2e and make bench-latency, and for make demo (whose
+// Proxy keeps probing the origin).
+func serve(cfg config) int {
 	if _, err := os.Stat(cfg.Image); err != nil {
 		warnf("the guest image: %v", err)
 		return 1
 	}
-	hs, err := dialHosts(cfg)
-	if err != nil {
-		warnf("%v", err)
-		return 1
-	}
-	bridge, _, err := origin(cfg, hs)
-	hs.Close()
+	bridge, _, err := origin(cfg)
 	if err != nil {
 		warnf("%v", err)
 		return 1
