@@ -80,11 +80,8 @@ var reviveOnce sync.Once
 // revival is logged to Dir/run/revived.log, which make test prints.
 func (e *Env) reviveLibvirtd(t testing.TB) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(e.Dir, "run", "libvirtd.pid"))
-	if err == nil {
-		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && syscall.Kill(pid, 0) == nil {
-			return
-		}
+	if processAlive(filepath.Join(e.Dir, "run", "libvirtd.pid")) {
+		return
 	}
 	out, err := exec.Command(e.Ctl, "start-libvirtd").CombinedOutput()
 	note := fmt.Sprintf("%s %s: the test bed's libvirtd was not running (crashed?); started it again: %v %s\n",
