@@ -1,6 +1,7 @@
 // Package setup wires a managed resource controller the same way for every kind: safe-start
 // gating, crossplane-runtime's managed reconciler with our typed external connector, reference
-// resolution, management policies, metrics and the global rate limiter.
+// resolution, management policies, metrics and the rate and worker shares of each namespace
+// (internal/fairness).
 package setup
 
 import (
@@ -19,10 +20,11 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/statemetrics"
+
+	"github.com/provider-kvm/provider-kvm/internal/fairness"
 )
 
 // Kind describes one managed resource kind.
@@ -107,7 +109,10 @@ func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) 
 	for _, s := range k.Watches {
 		b = b.WatchesRawSource(s)
 	}
-	return b.Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter))
+	// Each namespace gets an equal share of the rate (with a fairness.Limiter as
+	// o.GlobalRateLimiter, as cmd/provider sets) and of this controller's workers, so one
+	// namespace's failing resources cannot starve the others (decision 45).
+	return b.Complete(fairness.NewReconciler(r, o.GlobalRateLimiter, copts.MaxConcurrentReconciles))
 }
 
 // MaxRequeueBackoff caps the per-resource backoff between reconciles that ask to be

@@ -34,10 +34,11 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/gate"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
-	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 
 	"github.com/provider-kvm/provider-kvm/apis"
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
+	"github.com/provider-kvm/provider-kvm/internal/fairness"
 	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
@@ -102,7 +103,7 @@ func (e *Env) Run(t testing.TB, poll time.Duration, setups ...func(ctrl.Manager,
 	// Tests of one package run managers one after another in one process: the same controller
 	// names come back, which controller-runtime refuses unless told.
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}})
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}, Client: setup.ClientOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func (e *Env) Run(t testing.TB, poll time.Duration, setups ...func(ctrl.Manager,
 		Logger:                  logging.NewNopLogger(),
 		MaxConcurrentReconciles: 4,
 		PollInterval:            poll,
-		GlobalRateLimiter:       ratelimiter.NewGlobal(50),
+		GlobalRateLimiter:       fairness.NewLimiter(50),
 		Features:                &feature.Flags{},
 		Gate:                    new(gate.Gate[schema.GroupVersionKind]),
 	}
