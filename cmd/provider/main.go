@@ -30,8 +30,8 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis"
 	kvmcontroller "github.com/provider-kvm/provider-kvm/internal/controller"
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
-	"github.com/provider-kvm/provider-kvm/internal/fairness"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
+	"github.com/provider-kvm/provider-kvm/internal/fairness"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/version"
 )
@@ -70,7 +70,7 @@ func main() {
 		Cache: cache.Options{SyncPeriod: syncInterval},
 		// Secrets are read from the API server, never cached: no informer on every Secret of
 		// the cluster (decision 45).
-		Client: setup.ClientOptions(),
+		Client:  setup.ClientOptions(),
 		Metrics: metricsserver.Options{BindAddress: *metricsAddr},
 
 		// Leases only, with long durations: renewals under heavy reconcile load have been
@@ -99,7 +99,7 @@ func main() {
 		PollInterval:            *pollInterval,
 		// The rate is shared equally among the namespaces that reconcile (decision 45).
 		GlobalRateLimiter: fairness.NewLimiter(*maxReconcileRate),
-		Features:                &feature.Flags{},
+		Features:          &feature.Flags{},
 		// Safe-start: a managed resource controller starts only once its CRD exists.
 		Gate: new(gate.Gate[schema.GroupVersionKind]),
 		MetricOptions: &controller.MetricOptions{

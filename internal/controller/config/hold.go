@@ -124,11 +124,11 @@ func namesConfig(mg resource.Managed, name string) bool {
 
 // holder reconciles the hold of namespaced ProviderConfigs.
 type holder struct {
-	kube     client.Client // writes, and reads of ProviderConfigs
+	kube client.Client // writes, and reads of ProviderConfigs
 	// secrets reads Secrets from the API server (the manager's APIReader). The manager's
 	// client reads them uncached too (setup.ClientOptions), so no informer holds the
 	// cluster's Secrets; this reader says so where the Secret is read before a patch.
-	secrets client.Reader
+	secrets  client.Reader
 	users    users
 	log      logging.Logger
 	recorder event.Recorder
