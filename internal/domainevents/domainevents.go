@@ -145,6 +145,11 @@ func (w *Watcher) lost(address string) {
 	}
 }
 
+// Wake requeues the KVMDomain nn, e.g. when its readiness probe, run in the background, has a
+// new result (probe.Prober). Like every request of the Watcher it is dropped when the buffer is
+// full; the poll still comes.
+func (w *Watcher) Wake(nn types.NamespacedName) { w.enqueue(nn) }
+
 func (w *Watcher) enqueue(nn types.NamespacedName) {
 	o := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name}}
 	select {

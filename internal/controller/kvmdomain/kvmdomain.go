@@ -86,6 +86,13 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 		watches = append(watches, events.Source())
 	}
 	shutdowns := &shutdowns{m: map[types.UID]time.Time{}}
+	// Readiness probes run in the background, bounded per host and per namespace; a changed
+	// result wakes the KVMDomain (decision 45).
+	var wake func(types.NamespacedName)
+	if events != nil {
+		wake = events.Wake
+	}
+	probes := probe.NewProber(probe.WithWake(wake))
 	policies := o.Features.Enabled(feature.EnableBetaManagementPolicies)
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.KVMDomain]{
 		GroupKind: v1alpha1.KVMDomainGroupKind,
@@ -98,7 +105,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 		},
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.KVMDomain] {
 			return &connector{
-				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns,
+				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns, probes: probes,
 				conn:    connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
 				records: ownership.NewRecords(), images: shared.Images, policies: policies,
 			}
@@ -111,6 +118,7 @@ type connector struct {
 	recorder  event.Recorder
 	conn      *connection.Connector
 	shutdowns *shutdowns
+	probes    *probe.Prober
 	records   *ownership.Records
 	images    *imagecache.Shared
 	// policies: spec.managementPolicies are honoured (the provider's
@@ -141,7 +149,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 		return nil, err
 	}
 	return &external{
-		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, defaults: s.Defaults, source: s.Source,
+		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, probes: c.probes, defaults: s.Defaults, source: s.Source,
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
 		policies: c.policies,
@@ -156,6 +164,7 @@ type external struct {
 	source    string
 	lv        Host
 	dial      probe.DialFunc
+	probes    *probe.Prober // nil: no probe runs, and a probed guest stays pending
 	records   *ownership.Records
 	images    *imagecache.Shared
 	host      string // the host's address, for the records' cache

@@ -3,7 +3,6 @@ package kvmdomain
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
-	"github.com/provider-kvm/provider-kvm/internal/probe"
 )
 
 // observed is the name of the domain Observe looks at: the derived name, or for an allowed
@@ -102,6 +100,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	}
 	at := &cr.Status.AtProvider
 	if deleting {
+		e.forgetProbe(cr)
 		return managed.ExternalObservation{ResourceExists: true}, nil
 	}
 
@@ -120,6 +119,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	e.inputsChanged(ctx, cr, d)
 
 	if !running {
+		e.forgetProbe(cr)
 		observeNotRunning(cr, d.State)
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
@@ -211,8 +211,8 @@ func addressSources(last string) []string {
 	return out
 }
 
-// observeGuest finds the guest's address and runs the readiness probe. It never waits: what
-// is not there yet is reported, and the next poll looks again.
+// observeGuest finds the guest's address and reports the readiness probe (observeProbe). It
+// never waits: what is not there yet is reported, and the next poll looks again.
 func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string) {
 	at := &cr.Status.AtProvider
 	last := at.IPSource
@@ -237,24 +237,7 @@ func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, nam
 		cr.SetConditions(xpv2.Available())
 		return
 	}
-	timeout := time.Duration(p.TimeoutSeconds) * time.Second
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	var err error
-	switch {
-	case p.TCP != nil:
-		err = probe.TCP(ctx, e.dial, probe.Addr(at.IPv4, p.TCP.Port), timeout)
-	case p.HTTPProxy != nil:
-		err = probe.HTTPProxy(ctx, e.dial, probe.Addr(at.IPv4, p.HTTPProxy.Port), p.HTTPProxy.URL, int(p.HTTPProxy.ExpectedStatus), timeout)
-	}
-	if err != nil {
-		at.Probe = "failing: " + err.Error()
-		cr.SetConditions(xpv2.Unavailable().WithMessage("readiness probe " + at.Probe))
-		return
-	}
-	at.Probe = "passing"
-	cr.SetConditions(xpv2.Available())
+	e.observeProbe(cr, p)
 }
 
 // inputsChanged reports, in status and once as an event, a BaseImage or SeedVolume that
