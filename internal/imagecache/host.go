@@ -55,6 +55,8 @@ type Cache struct {
 	now    func() time.Time
 	alive  Liveness
 	holder string
+	// overlayPools scopes the in-use scan's doubts (WithOverlayPools); nil: every pool.
+	overlayPools OverlayPools
 }
 
 // An Option configures a Cache.

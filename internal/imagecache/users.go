@@ -2,6 +2,7 @@ package imagecache
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"sort"
 
@@ -17,24 +18,79 @@ type Usage struct {
 	// Users are volumes backing onto the file ("volume POOL/NAME") and domains whose disks
 	// use it ("domain NAME disk DEV").
 	Users []string
-	// Doubts say what could not be checked: a pool that is inactive or cannot be read, a
-	// domain disk whose backing chain cannot be seen. Any doubt keeps the volume.
+	// Doubts say what could not be checked where overlays of the base can be (see
+	// OverlayPools): a pool that is inactive or cannot be read, a domain disk whose backing
+	// chain cannot be seen. Any doubt keeps the volume; the last owner's BaseImage may still
+	// go, leaving it to Sweep (Removal.Doubts).
 	Doubts []string
 }
+
+// OverlayPools names the pools in which overlays of a base can be made: those KVMDomains
+// create their overlays in (their spec.forProvider.pool, or their config's default pool).
+// Only there, and in the base's own pool, and in the directories of those pools, does what
+// cannot be checked count as a doubt; an inactive or unreadable pool no overlay can be in
+// does not keep an unused base. It may name more pools than the host has (names of other
+// hosts' pools are harmless). Nil: every pool and directory counts.
+type OverlayPools func(ctx context.Context) (map[string]bool, error)
+
+// WithOverlayPools scopes the in-use scan's doubts to the pools p names (see OverlayPools).
+func WithOverlayPools(p OverlayPools) Option { return func(c *Cache) { c.overlayPools = p } }
+
+// scope is where overlays of one base can be: pools by name, and the directories of those
+// pools (a domain disk that is a file in one). all: everywhere.
+type scope struct {
+	all   bool
+	pools map[string]bool
+	dirs  map[string]bool
+}
+
+// newScope is the scope of the base at basePath on a host with pools, overlay naming the
+// pools overlays are made in (nil: everywhere). The pool that holds the base is in it.
+func newScope(pools []libvirt.Pool, overlay map[string]bool, basePath string) scope {
+	if overlay == nil {
+		return scope{all: true}
+	}
+	s := scope{pools: map[string]bool{}, dirs: map[string]bool{}}
+	for _, p := range pools {
+		if overlay[p.Name] || (p.Path != "" && p.Path == filepath.Dir(basePath)) {
+			s.pools[p.Name] = true
+			if p.Path != "" {
+				s.dirs[filepath.Clean(p.Path)] = true
+			}
+		}
+	}
+	for n := range overlay {
+		s.pools[n] = true
+	}
+	return s
+}
+
+func (s scope) pool(name string) bool { return s.all || s.pools[name] }
+
+func (s scope) file(path string) bool { return s.all || s.dirs[filepath.Dir(path)] }
 
 // InUse is true when the file is in use, or that cannot be ruled out.
 func (u Usage) InUse() bool { return len(u.Users) > 0 || len(u.Doubts) > 0 }
 
 // Users lists what uses the file basePath: volumes in any pool whose backing store it is and
 // domains (running or not, whoever defined them) whose disks use it directly or in their
-// backing chain; and what it could not check (Usage.Doubts): an inactive pool or one it cannot
-// read, a disk that is a volume it cannot resolve, a qcow2 (or unknown format) disk outside
-// every active pool whose backing chain libvirt does not show (a shut-off domain's).
+// backing chain; and what it could not check (Usage.Doubts) where overlays of it can be (the
+// scope, see OverlayPools): an inactive pool or one it cannot read, a disk that is a volume it
+// cannot resolve, a qcow2 (or unknown format) disk outside every active pool whose backing
+// chain libvirt does not show (a shut-off domain's).
 func (c *Cache) Users(ctx context.Context, basePath string) (Usage, error) {
-	u, inPool, err := c.poolUsers(ctx, basePath)
+	pools, err := c.lv.AllPools(ctx)
 	if err != nil {
-		return Usage{}, err
+		return Usage{}, errors.Wrapf(err, errUsers, basePath)
 	}
+	var overlay map[string]bool
+	if c.overlayPools != nil {
+		if overlay, err = c.overlayPools(ctx); err != nil {
+			return Usage{}, errors.Wrapf(err, errUsers, basePath)
+		}
+	}
+	sc := newScope(pools, overlay, basePath)
+	u, inPool := c.poolUsers(ctx, pools, sc, basePath)
 	disks, err := c.lv.DomainDisks(ctx)
 	if err != nil {
 		return Usage{}, errors.Wrapf(err, errUsers, basePath)
@@ -42,7 +98,7 @@ func (c *Cache) Users(ctx context.Context, basePath string) (Usage, error) {
 	for _, d := range disks {
 		if d.Path == basePath {
 			u.Users = append(u.Users, "domain "+d.Domain+" disk "+d.Target)
-		} else if doubt := diskDoubt(d, inPool); doubt != "" {
+		} else if doubt := diskDoubt(d, inPool, sc); doubt != "" {
 			u.Doubts = append(u.Doubts, doubt)
 		}
 	}
@@ -52,17 +108,16 @@ func (c *Cache) Users(ctx context.Context, basePath string) (Usage, error) {
 	return u, nil
 }
 
-// poolUsers lists the volumes of every pool that back onto basePath, the doubts of pools it
-// cannot read, and the paths of every volume it read.
-func (c *Cache) poolUsers(ctx context.Context, basePath string) (Usage, map[string]bool, error) {
-	pools, err := c.lv.AllPools(ctx)
-	if err != nil {
-		return Usage{}, nil, errors.Wrapf(err, errUsers, basePath)
-	}
+// poolUsers lists the volumes of every pool that back onto basePath, the doubts of pools in
+// scope it cannot read, and the paths of every volume it read.
+func (c *Cache) poolUsers(ctx context.Context, pools []libvirt.Pool, sc scope, basePath string) (Usage, map[string]bool) {
 	var u Usage
 	inPool := map[string]bool{}
 	for _, p := range pools {
-		if !p.Active {
+		switch {
+		case !p.Active && !sc.pool(p.Name):
+			continue // no overlay of this base can be there
+		case !p.Active:
 			u.Doubts = append(u.Doubts, "pool "+p.Name+" is inactive, so its volumes cannot be checked (start the pool, or delete it)")
 			continue
 		}
@@ -71,7 +126,9 @@ func (c *Cache) poolUsers(ctx context.Context, basePath string) (Usage, map[stri
 			continue
 		}
 		if err != nil {
-			u.Doubts = append(u.Doubts, "pool "+p.Name+" cannot be read: "+err.Error())
+			if sc.pool(p.Name) {
+				u.Doubts = append(u.Doubts, "pool "+p.Name+" cannot be read: "+err.Error())
+			}
 			continue
 		}
 		for _, v := range vols {
@@ -81,20 +138,23 @@ func (c *Cache) poolUsers(ctx context.Context, basePath string) (Usage, map[stri
 			}
 		}
 	}
-	return u, inPool, nil
+	return u, inPool
 }
 
 // diskDoubt says why a domain disk (not the base itself) might back onto the base without
 // anyone being able to tell, or "" when it cannot: its chain is listed (a running domain's),
-// it is a volume of a pool that was read (its backing store was checked there), or it cannot
-// have a backing file (cdrom, floppy, raw).
-func diskDoubt(d libvirt.DomainDisk, inPool map[string]bool) string {
+// it is a volume of a pool that was read (its backing store was checked there), it cannot
+// have a backing file (cdrom, floppy, raw), or it is outside sc (no overlay of the base can be
+// there).
+func diskDoubt(d libvirt.DomainDisk, inPool map[string]bool, sc scope) string {
 	switch {
 	case d.Backing || d.ChainKnown || d.Device == "cdrom" || d.Device == "floppy" || d.Format == "raw":
 		return ""
+	case d.Path == "" && !sc.pool(d.Pool):
+		return ""
 	case d.Path == "":
 		return "domain " + d.Domain + " disk " + d.Target + " is volume " + d.Pool + "/" + d.Volume + ", which cannot be read"
-	case !inPool[d.Path]:
+	case !inPool[d.Path] && sc.file(d.Path):
 		return "domain " + d.Domain + " disk " + d.Target + " is " + d.Path + ", which is in no active pool, and libvirt shows no backing chain for it while the domain is not running"
 	}
 	return ""
