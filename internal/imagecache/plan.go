@@ -142,6 +142,11 @@ type removePlan struct {
 	DeleteOwn bool
 	// Done: nothing is left to remove (with DeleteOwn, the caller's record first).
 	Done bool
+	// Left: the last owner lets go (DeleteOwn) of a volume nothing is seen to use but whose
+	// users cannot be ruled out (Doubts); the volume stays, published and without owners, for
+	// Sweep to remove once it can be checked. Nothing else follows.
+	Left   bool
+	Doubts []string
 	// WriteClaim: write a removing claim before anything is deleted.
 	WriteClaim bool
 	// Unpublish: delete the marker, then look for owners and users again (recheckRemove).
@@ -165,7 +170,7 @@ func planRemove(f removeFacts) (removePlan, error) {
 		return removePlan{Done: true, DeleteOwn: img.HasOwn}, nil
 	}
 	for _, check := range []func(removeFacts) (removePlan, error){planNotOwner, planUsers, planClaim} {
-		if p, err := check(f); err != nil || p.Need != needNothing {
+		if p, err := check(f); err != nil || p.Need != needNothing || p.Left {
 			return p, err
 		}
 	}
@@ -197,13 +202,18 @@ func planNotOwner(f removeFacts) (removePlan, error) {
 	return removePlan{}, nil
 }
 
-// planUsers keeps a data volume that is in use, or whose users cannot be ruled out.
+// planUsers keeps a data volume that is in use, or whose users cannot be ruled out. A
+// BaseImage (not Sweep) that is the last owner of a volume nothing is seen to use lets go of it
+// despite doubts (Left): its deletion does not wait for a pool to come back; the volume waits
+// for Sweep.
 func planUsers(f removeFacts) (removePlan, error) {
 	switch {
 	case !f.img.HasData:
 		return removePlan{}, nil
 	case f.usage == nil:
 		return removePlan{Need: needUsers}, nil
+	case len(f.usage.Users) == 0 && len(f.usage.Doubts) > 0 && f.uid != "":
+		return removePlan{Left: true, DeleteOwn: f.img.HasOwn, Doubts: f.usage.Doubts}, nil
 	case f.usage.InUse():
 		return removePlan{}, &InUseError{Pool: f.img.Pool, Volume: f.img.Volume, Users: f.usage.Users, Doubts: f.usage.Doubts}
 	}

@@ -261,6 +261,21 @@ func TestPlanRemove(t *testing.T) {
 			f:      removeFacts{img: pub, uid: us.UID, usage: used},
 			want:   want{err: &InUseError{Pool: tpool, Volume: vol, Users: used.Users}},
 		},
+		"InUseAndDoubts": {
+			reason: "data in use stays, doubts or not",
+			f:      removeFacts{img: pub, uid: us.UID, usage: &Usage{Users: used.Users, Doubts: []string{"pool vms is inactive"}}},
+			want:   want{err: &InUseError{Pool: tpool, Volume: vol, Users: used.Users, Doubts: []string{"pool vms is inactive"}}},
+		},
+		"DoubtLeftToSweep": {
+			reason: "the last owner of data nothing is seen to use lets go of it despite a doubt; the volume waits for the sweep",
+			f:      removeFacts{img: pub, uid: us.UID, usage: &Usage{Doubts: []string{"pool vms is inactive"}}},
+			want:   want{plan: removePlan{Left: true, DeleteOwn: true, Doubts: []string{"pool vms is inactive"}}},
+		},
+		"DoubtKeepsForSweep": {
+			reason: "the sweep removes nothing whose users cannot be ruled out",
+			f:      removeFacts{img: with(pub, func(i *Image) { i.HasOwn = false }), usage: &Usage{Doubts: []string{"pool vms is inactive"}}},
+			want:   want{err: &InUseError{Pool: tpool, Volume: vol, Doubts: []string{"pool vms is inactive"}}},
+		},
 		"AskLease": {
 			reason: "a claim this process does not hold: how fresh is it?",
 			f:      removeFacts{img: with(pub, func(i *Image) { i.HasClaim = true }), uid: us.UID, usage: unused},

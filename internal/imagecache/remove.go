@@ -26,6 +26,10 @@ type Removal struct {
 	// namespaces).
 	Kept   bool
 	Owners int
+	// Doubts: the caller, the last owner, let go of a volume nothing was seen to use, but
+	// whose users could not be ruled out for these reasons. The volume stays, published and
+	// without owners, and Sweep removes it once it can be checked.
+	Doubts []string
 }
 
 // Remove detaches the BaseImage ownerUID from volume (a name VolumeName returned) and deletes
@@ -33,11 +37,14 @@ type Removal struct {
 // WithLiveness) are deleted first. While other owners remain, only the caller's record goes
 // (Removal.Kept). A volume already gone is success. The last owner's Remove fails with
 // IsInUse, keeping its record (so the volume stays owned), while a volume in any pool backs
-// onto it or a domain's disk uses it, or while that cannot be ruled out (an inactive pool, a
-// shut-off domain's disk whose backing chain libvirt does not show); the error says which.
+// onto it or a domain's disk uses it; Sweep's also while that cannot be ruled out where
+// overlays of it can be (an inactive pool, a shut-off domain's disk whose backing chain
+// libvirt does not show; see OverlayPools); the error says which.
 // It fails with IsOwnedByOther for a volume the caller does not own whose publisher still
-// exists, or that no record names. planRemove decides; Remove runs its steps under the base
-// lock of the pool.
+// exists, or that no record names. A BaseImage (ownerUID not "") that is the last owner of a
+// volume nothing is seen to use, but whose users cannot be ruled out, lets go of it instead
+// (Removal.Doubts): its record goes, the volume stays for Sweep. planRemove decides; Remove
+// runs its steps under the base lock of the pool.
 func (c *Cache) Remove(ctx context.Context, pool, volume, ownerUID string) (Removal, error) {
 	if !IsVolumeName(volume) {
 		return Removal{}, errors.Errorf(errNotOurs, volume)
@@ -105,8 +112,12 @@ func (c *Cache) planRemoveWithFacts(ctx context.Context, f *removeFacts) (remove
 // removeSteps runs p: detach, or claim, unpublish, check again and delete.
 func (c *Cache) removeSteps(ctx context.Context, f removeFacts, p removePlan) (Removal, error) {
 	img := f.img
-	if p.Kept || p.Done {
-		return c.detach(ctx, f, p.Kept, f.others)
+	if p.Kept || p.Done || p.Left {
+		r, err := c.detach(ctx, f, p.Kept, f.others)
+		if err == nil && p.Left {
+			r.Doubts = p.Doubts
+		}
+		return r, err
 	}
 	if p.WriteClaim {
 		if err := c.writeRemovalClaim(ctx, img, f.uid); err != nil {

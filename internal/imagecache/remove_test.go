@@ -19,7 +19,9 @@ func TestRemove(t *testing.T) {
 		volume string
 		uid    string
 		alive  Liveness
-		setup  func(t *testing.T, h *fakestorage.Storage, sh *Shared)
+		// overlayPools, when set, scopes the doubts (WithOverlayPools).
+		overlayPools map[string]bool
+		setup        func(t *testing.T, h *fakestorage.Storage, sh *Shared)
 		// after runs once a volume was deleted (another process acting meanwhile).
 		after func(h *fakestorage.Storage, name string)
 	}
@@ -111,15 +113,45 @@ func TestRemove(t *testing.T) {
 				names: sortedNames(volA, MarkerName(volA), OwnerName(volA, us.UID)),
 			},
 		},
-		"InactivePool": {
-			reason: "a volume whose users cannot be ruled out stays",
+		"InactivePoolLeftToSweep": {
+			reason: "the last owner of a volume nothing is seen to use lets go of it despite a doubt: its record goes, the volume stays for the sweep",
 			args: args{volume: volA, uid: us.UID, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
 				publishedOwned(t, h, us)
 				h.Inactive = []string{"other"}
 			}},
 			want: want{
+				r:     Removal{Doubts: []string{inactive}},
+				names: sortedNames(volA, MarkerName(volA)),
+			},
+		},
+		"InactivePoolSweepKeeps": {
+			reason: "the sweep removes no volume whose users cannot be ruled out",
+			args: args{volume: volA, uid: "", setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, volA, sumA, FormatQCOW2, us, rawSize)
+				h.Inactive = []string{"other"}
+			}},
+			want: want{
 				err:   &InUseError{Pool: tpool, Volume: volA, Doubts: []string{inactive}},
-				names: sortedNames(volA, MarkerName(volA), OwnerName(volA, us.UID)),
+				names: sortedNames(volA, MarkerName(volA)),
+			},
+		},
+		"InactiveUnrelatedPool": {
+			reason: "an inactive pool no overlay can be in (not among the overlay pools) is no doubt: the sweep removes the unused volume",
+			args: args{volume: volA, uid: "", overlayPools: map[string]bool{tpool: true, "vms": true}, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, volA, sumA, FormatQCOW2, us, rawSize)
+				h.Inactive = []string{"other"}
+			}},
+			want: want{},
+		},
+		"InactiveOverlayPool": {
+			reason: "an inactive pool overlays are made in stays a doubt",
+			args: args{volume: volA, uid: "", overlayPools: map[string]bool{"other": true}, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, volA, sumA, FormatQCOW2, us, rawSize)
+				h.Inactive = []string{"other"}
+			}},
+			want: want{
+				err:   &InUseError{Pool: tpool, Volume: volA, Doubts: []string{inactive}},
+				names: sortedNames(volA, MarkerName(volA)),
 			},
 		},
 		"FreshClaimOfAnother": {
@@ -235,6 +267,9 @@ func TestRemove(t *testing.T) {
 			var opts []Option
 			if tc.args.alive != nil {
 				opts = append(opts, WithLiveness(tc.args.alive))
+			}
+			if tc.args.overlayPools != nil {
+				opts = append(opts, WithOverlayPools(func(context.Context) (map[string]bool, error) { return tc.args.overlayPools, nil }))
 			}
 			r, err := newFakeCache(hh, sh, Downloads{}, opts...).Remove(context.Background(), tpool, tc.args.volume, tc.args.uid)
 			if diff := cmp.Diff(tc.want.err, err, test.EquateErrors()); diff != "" {

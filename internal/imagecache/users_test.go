@@ -140,3 +140,119 @@ func TestUsers(t *testing.T) {
 		})
 	}
 }
+
+func TestUsersScoped(t *testing.T) {
+	boom := errors.New("boom")
+	disk := func(d libvirt.DomainDisk) libvirt.DomainDisk {
+		d.Domain, d.Target, d.Device, d.Format = "vm", "vda", "disk", "qcow2"
+		return d
+	}
+	unreadable := func(pool string) func(op, pool, name string) error {
+		return func(op, p, _ string) error {
+			if op == "Volumes" && p == pool {
+				return boom
+			}
+			return nil
+		}
+	}
+	overlayPools := map[string]bool{"vms": true}
+	type want struct {
+		u   Usage
+		err error
+	}
+	cases := map[string]struct {
+		reason  string
+		overlay map[string]bool
+		fail    error
+		setup   func(h *fakestorage.Storage)
+		want    want
+	}{
+		"InactiveUnrelatedPool": {
+			reason:  "an inactive pool no overlay can be in is no doubt",
+			overlay: overlayPools,
+			setup:   func(h *fakestorage.Storage) { h.Inactive = []string{"backups"} },
+		},
+		"InactiveOverlayPool": {
+			reason:  "an inactive pool overlays are made in is a doubt",
+			overlay: overlayPools,
+			setup:   func(h *fakestorage.Storage) { h.Inactive = []string{"vms"} },
+			want:    want{u: Usage{Doubts: []string{"pool vms is inactive, so its volumes cannot be checked (start the pool, or delete it)"}}},
+		},
+		"UnreadableUnrelatedPool": {
+			reason:  "a pool no overlay can be in that cannot be read is no doubt",
+			overlay: overlayPools,
+			setup: func(h *fakestorage.Storage) {
+				h.Put("backups", "x", nil)
+				h.Fail = unreadable("backups")
+			},
+		},
+		"UnreadableBasePool": {
+			reason:  "the base's own pool is always in scope",
+			overlay: overlayPools,
+			setup:   func(h *fakestorage.Storage) { h.Fail = unreadable(tpool) },
+			want:    want{u: Usage{Doubts: []string{"pool " + tpool + " cannot be read: boom"}}},
+		},
+		"OverlayInUnrelatedPool": {
+			reason:  "a volume that backs onto the base is a user wherever it is",
+			overlay: overlayPools,
+			setup:   func(h *fakestorage.Storage) { h.PutOverlay("backups", "vm.root.qcow2", pathA) },
+			want:    want{u: Usage{Users: []string{"volume backups/vm.root.qcow2"}}},
+		},
+		"DiskVolumeOfUnrelatedPool": {
+			reason:  "a disk that is an unresolved volume of a pool no overlay can be in is no doubt",
+			overlay: overlayPools,
+			setup: func(h *fakestorage.Storage) {
+				h.Disks = []libvirt.DomainDisk{disk(libvirt.DomainDisk{Pool: "backups", Volume: "vm.qcow2"})}
+			},
+		},
+		"DiskVolumeOfOverlayPool": {
+			reason:  "a disk that is an unresolved volume of an overlay pool is a doubt",
+			overlay: overlayPools,
+			setup: func(h *fakestorage.Storage) {
+				h.Disks = []libvirt.DomainDisk{disk(libvirt.DomainDisk{Pool: "vms", Volume: "vm.qcow2"})}
+			},
+			want: want{u: Usage{Doubts: []string{"domain vm disk vda is volume vms/vm.qcow2, which cannot be read"}}},
+		},
+		"DiskFileElsewhere": {
+			reason:  "a shut-off domain's qcow2 file in no directory of an overlay pool is no doubt",
+			overlay: overlayPools,
+			setup: func(h *fakestorage.Storage) {
+				h.Disks = []libvirt.DomainDisk{disk(libvirt.DomainDisk{Path: "/var/lib/images/vm.qcow2"})}
+			},
+		},
+		"DiskFileInInactiveOverlayPool": {
+			reason:  "a shut-off domain's qcow2 file in the directory of an inactive overlay pool is a doubt",
+			overlay: overlayPools,
+			setup: func(h *fakestorage.Storage) {
+				h.Inactive = []string{"vms"}
+				h.Disks = []libvirt.DomainDisk{disk(libvirt.DomainDisk{Path: fakestorage.Path("vms", "vm.qcow2")})}
+			},
+			want: want{u: Usage{Doubts: []string{
+				"domain vm disk vda is " + fakestorage.Path("vms", "vm.qcow2") + ", which is in no active pool, and libvirt shows no backing chain for it while the domain is not running",
+				"pool vms is inactive, so its volumes cannot be checked (start the pool, or delete it)",
+			}}},
+		},
+		"OverlayPoolsFail": {
+			reason: "overlay pools that cannot be found fail the check",
+			fail:   boom,
+			want:   want{err: errors.Wrapf(boom, errUsers, pathA)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := fakestorage.New()
+			h.Put(tpool, volA, nil)
+			if tc.setup != nil {
+				tc.setup(h)
+			}
+			op := WithOverlayPools(func(context.Context) (map[string]bool, error) { return tc.overlay, tc.fail })
+			u, err := newFakeCache(h, testShared(), Downloads{}, op).Users(context.Background(), pathA)
+			if diff := cmp.Diff(tc.want.err, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nUsers(...): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.want.u, u); diff != "" {
+				t.Errorf("%s\nUsers(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
