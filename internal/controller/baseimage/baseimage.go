@@ -116,7 +116,11 @@ const (
 	reasonFailed   event.Reason = "ImagePublishFailed"
 	reasonRetained event.Reason = "OldImageRetained"
 	reasonShared   event.Reason = "SharedImageKept"
+	reasonLeft     event.Reason = "ImageLeftToSweep"
 )
+
+// msgLeft says that a BaseImage let go of a volume whose users could not be ruled out.
+const msgLeft = "Let go of %s: nothing was seen to use it, but that cannot be ruled out (%s); the volume stays on the host without an owner, and the sweep at a later BaseImage deletion in its pool removes it once it can be checked"
 
 // Setup adds the BaseImage controller; it starts once the BaseImage CRD is established.
 // A finished publish job requeues its BaseImage at once (done), so it turns Ready the moment
@@ -153,6 +157,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, shar
 				jobs: js, recorder: rec,
 				conn:  connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
 				alive: listUIDs(mgr.GetAPIReader()), images: shared.Images,
+				overlayPools: overlayPools(mgr.GetClient()),
 			}
 		},
 	})
@@ -189,6 +194,8 @@ type connector struct {
 	resolver imagecache.Resolver
 	// images is the process's image cache state (imagecache.NewShared).
 	images *imagecache.Shared
+	// overlayPools scopes the in-use scan's doubts; nil: every pool counts.
+	overlayPools imagecache.OverlayPools
 }
 
 // uidLister lists the UIDs of every BaseImage in the cluster.
@@ -226,7 +233,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	dl.Resolver = c.resolver
 	return &external{
 		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, policy: key, now: time.Now,
-		cache: imagecache.New(s.Libvirt(), c.images, dl, imagecache.WithLiveness(rememberAlive(c.alive))),
+		cache: imagecache.New(s.Libvirt(), c.images, dl, imagecache.WithLiveness(rememberAlive(c.alive)), imagecache.WithOverlayPools(c.overlayPools)),
 	}, nil
 }
 
@@ -533,10 +540,12 @@ func (e *external) Update(ctx context.Context, cr *v1alpha1.BaseImage) (managed.
 		if pool == at.Pool && vol == at.VolumeName {
 			continue // the source went back to it
 		}
-		_, err := e.cache.Remove(ctx, pool, vol, string(cr.GetUID()))
+		r, err := e.cache.Remove(ctx, pool, vol, string(cr.GetUID()))
 		switch {
 		case imagecache.IsInUse(err):
 			keep = append(keep, pv)
+		case err == nil && len(r.Doubts) > 0:
+			e.recorder.Event(cr, event.Warning(reasonLeft, errors.Errorf(msgLeft, pv, strings.Join(r.Doubts, "; "))))
 		case err != nil && !imagecache.IsOwnedByOther(err):
 			return managed.ExternalUpdate{}, errors.Wrapf(err, errRemove, pv)
 		}
@@ -579,6 +588,8 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.BaseImage) (managed.
 			return managed.ExternalDelete{}, errors.Wrapf(err, errRemove, pv)
 		case r.Kept:
 			e.recorder.Event(cr, event.Normal(reasonShared, fmt.Sprintf("Detached from %s; it stays cached for %d other BaseImage(s)", pv, r.Owners)))
+		case len(r.Doubts) > 0:
+			e.recorder.Event(cr, event.Warning(reasonLeft, errors.Errorf(msgLeft, pv, strings.Join(r.Doubts, "; "))))
 		}
 	}
 	if len(held) > 0 {

@@ -518,6 +518,14 @@ func TestDelete(t *testing.T) {
 			remove:  removes(&imagecache.InUseError{Volume: volume, Doubts: []string{"pool cold is inactive"}}),
 			wantErr: errors.Errorf(errHeld, (&imagecache.InUseError{Volume: volume, Doubts: []string{"pool cold is inactive"}}).Error()),
 		},
+		"LeftToSweep": {
+			reason: "the last owner of a volume nothing is seen to use lets go of it despite a doubt: the deletion goes on, the volume waits for the sweep",
+			owned:  []imagecache.Image{published()},
+			remove: func(string, string) (imagecache.Removal, error) {
+				return imagecache.Removal{Doubts: []string{"pool cold is inactive"}}, nil
+			},
+			wantGone: []string{"default/" + volume},
+		},
 		"SharedKept": {
 			reason: "a volume other BaseImages own: only this one's owner record goes", owned: []imagecache.Image{published()},
 			remove: func(string, string) (imagecache.Removal, error) {
