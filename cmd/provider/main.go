@@ -69,7 +69,7 @@ func main() {
 	mgr, err := ctrl.NewManager(ratelimiter.LimitRESTConfig(cfg, *maxReconcileRate), ctrl.Options{
 		Cache: cache.Options{SyncPeriod: syncInterval},
 		// Secrets are read from the API server, never cached: no informer on every Secret of
-		// the cluster (decision 45).
+		// the cluster (decision 48).
 		Client:  setup.ClientOptions(),
 		Metrics: metricsserver.Options{BindAddress: *metricsAddr},
 
@@ -97,7 +97,7 @@ func main() {
 		Logger:                  log,
 		MaxConcurrentReconciles: *maxReconcileRate,
 		PollInterval:            *pollInterval,
-		// The rate is shared equally among the namespaces that reconcile (decision 45).
+		// The rate is shared equally among the namespaces that reconcile (decision 48).
 		GlobalRateLimiter: fairness.NewLimiter(*maxReconcileRate),
 		Features:          &feature.Flags{},
 		// Safe-start: a managed resource controller starts only once its CRD exists.

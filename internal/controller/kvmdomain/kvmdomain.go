@@ -87,7 +87,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 	}
 	shutdowns := &shutdowns{m: map[types.UID]time.Time{}}
 	// Readiness probes run in the background, bounded per host and per namespace; a changed
-	// result wakes the KVMDomain (decision 45).
+	// result wakes the KVMDomain (decision 48).
 	var wake func(types.NamespacedName)
 	if events != nil {
 		wake = events.Wake

@@ -36,7 +36,7 @@ func probeCheck(p *v1alpha1.ReadinessProbe, ip string) probe.Check {
 }
 
 // observeProbe reports the last result of the guest's readiness probe p and has the host's
-// Prober start the next one; it never waits on the guest (decision 45). The result, when it
+// Prober start the next one; it never waits on the guest (decision 48). The result, when it
 // differs from the one before, wakes this KVMDomain (domainevents.Watcher.Wake).
 func (e *external) observeProbe(cr *v1alpha1.KVMDomain, p *v1alpha1.ReadinessProbe) {
 	var r *probe.Result

@@ -111,7 +111,7 @@ func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) 
 	}
 	// Each namespace gets an equal share of the rate (with a fairness.Limiter as
 	// o.GlobalRateLimiter, as cmd/provider sets) and of this controller's workers, so one
-	// namespace's failing resources cannot starve the others (decision 45).
+	// namespace's failing resources cannot starve the others (decision 48).
 	return b.Complete(fairness.NewReconciler(r, o.GlobalRateLimiter, copts.MaxConcurrentReconciles))
 }
 
