@@ -34,6 +34,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/gate"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
 
 	"github.com/provider-kvm/provider-kvm/apis"
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
@@ -47,6 +48,10 @@ type Env struct {
 	Config *rest.Config
 	Client client.Client
 	Scheme *kruntime.Scheme
+	// Workers and RateLimiter, when set, replace Run's defaults (4 workers per controller, a
+	// fairness.Limiter of 50 reconciles per second).
+	Workers     int
+	RateLimiter ratelimiter.RateLimiter
 }
 
 // RepoRoot is the repository's top directory.
@@ -114,6 +119,12 @@ func (e *Env) Run(t testing.TB, poll time.Duration, setups ...func(ctrl.Manager,
 		GlobalRateLimiter:       fairness.NewLimiter(50),
 		Features:                &feature.Flags{},
 		Gate:                    new(gate.Gate[schema.GroupVersionKind]),
+	}
+	if e.Workers > 0 {
+		o.MaxConcurrentReconciles = e.Workers
+	}
+	if e.RateLimiter != nil {
+		o.GlobalRateLimiter = e.RateLimiter
 	}
 	o.Features.Enable(feature.EnableBetaManagementPolicies)
 	for _, s := range setups {
