@@ -98,7 +98,9 @@ func (c *Cache) planRemoveWithFacts(ctx context.Context, f *removeFacts) (remove
 				}
 			}
 		case needUsers:
-			u, err := c.Users(ctx, f.img.Path)
+			// A scan of this host from the last few seconds will do: the check after
+			// unpublishing reads the host afresh (inUse).
+			u, err := c.usersRecent(ctx, f.img.Path)
 			if err != nil {
 				return removePlan{}, err
 			}

@@ -28,6 +28,7 @@ type Shared struct {
 	memo   *memo
 	claims *claimClock
 	bases  *baseLocks
+	scans  *scans
 	holder string
 	timing timing
 }
@@ -69,6 +70,7 @@ func NewShared(opts ...SharedOption) *Shared {
 	s := &Shared{
 		memo:   &memo{m: map[string]memoEntry{}, now: time.Now, recheck: DefaultRecheck},
 		bases:  &baseLocks{},
+		scans:  &scans{},
 		holder: processHolder(),
 		timing: defaultTiming(),
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
@@ -77,25 +79,98 @@ func (u Usage) InUse() bool { return len(u.Users) > 0 || len(u.Doubts) > 0 }
 // backing chain; and what it could not check (Usage.Doubts) where overlays of it can be (the
 // scope, see OverlayPools): an inactive pool or one it cannot read, a disk that is a volume it
 // cannot resolve, a qcow2 (or unknown format) disk outside every active pool whose backing
-// chain libvirt does not show (a shut-off domain's).
+// chain libvirt does not show (a shut-off domain's). It reads the host afresh.
 func (c *Cache) Users(ctx context.Context, basePath string) (Usage, error) {
-	pools, err := c.lv.AllPools(ctx)
+	s, err := c.scanHost(ctx)
 	if err != nil {
 		return Usage{}, errors.Wrapf(err, errUsers, basePath)
 	}
+	return c.usage(ctx, s, basePath)
+}
+
+// usersRecent is Users on a scan of the host at most ScanReuse old (Shared.scans): removals of
+// several BaseImages on one host within a poll share one scan. Only a removal's first check
+// uses it; the check after the marker is gone reads the host afresh (Users), so an overlay
+// made since the scan is still seen before anything is deleted.
+func (c *Cache) usersRecent(ctx context.Context, basePath string) (Usage, error) {
+	s, ok := c.sh.scans.get(c.lv.Address(), c.now())
+	if !ok {
+		var err error
+		if s, err = c.scanHost(ctx); err != nil {
+			return Usage{}, errors.Wrapf(err, errUsers, basePath)
+		}
+		c.sh.scans.put(c.lv.Address(), s)
+	}
+	return c.usage(ctx, s, basePath)
+}
+
+// usage is what uses basePath in scan s, with the doubts scoped to where overlays of it can be.
+func (c *Cache) usage(ctx context.Context, s hostScan, basePath string) (Usage, error) {
 	var overlay map[string]bool
 	if c.overlayPools != nil {
+		var err error
 		if overlay, err = c.overlayPools(ctx); err != nil {
 			return Usage{}, errors.Wrapf(err, errUsers, basePath)
 		}
 	}
-	sc := newScope(pools, overlay, basePath)
-	u, inPool := c.poolUsers(ctx, pools, sc, basePath)
-	disks, err := c.lv.DomainDisks(ctx)
-	if err != nil {
-		return Usage{}, errors.Wrapf(err, errUsers, basePath)
+	return usageOf(s, newScope(s.pools, overlay, basePath), basePath), nil
+}
+
+// hostScan is what the in-use scan reads of a host: its pools, the volumes of each active one
+// (or why they could not be read), and every domain's disks.
+type hostScan struct {
+	at    time.Time
+	pools []libvirt.Pool
+	vols  map[string][]libvirt.Volume
+	errs  map[string]error
+	disks []libvirt.DomainDisk
+}
+
+// scanHost reads the host for the in-use scan. A pool gone since listed is left out.
+func (c *Cache) scanHost(ctx context.Context) (hostScan, error) {
+	s := hostScan{at: c.now(), vols: map[string][]libvirt.Volume{}, errs: map[string]error{}}
+	var err error
+	if s.pools, err = c.lv.AllPools(ctx); err != nil {
+		return hostScan{}, err
 	}
-	for _, d := range disks {
+	for _, p := range s.pools {
+		if !p.Active {
+			continue
+		}
+		vols, err := c.lv.Volumes(ctx, p.Name)
+		switch {
+		case libvirt.IsNotFound(err):
+		case err != nil:
+			s.errs[p.Name] = err
+		default:
+			s.vols[p.Name] = vols
+		}
+	}
+	if s.disks, err = c.lv.DomainDisks(ctx); err != nil {
+		return hostScan{}, err
+	}
+	return s, nil
+}
+
+// usageOf decides, without I/O, what uses basePath in s and what cannot be ruled out in sc.
+func usageOf(s hostScan, sc scope, basePath string) Usage {
+	var u Usage
+	inPool := map[string]bool{}
+	for _, p := range s.pools {
+		switch {
+		case !p.Active && sc.pool(p.Name):
+			u.Doubts = append(u.Doubts, "pool "+p.Name+" is inactive, so its volumes cannot be checked (start the pool, or delete it)")
+		case s.errs[p.Name] != nil && sc.pool(p.Name):
+			u.Doubts = append(u.Doubts, "pool "+p.Name+" cannot be read: "+s.errs[p.Name].Error())
+		}
+		for _, v := range s.vols[p.Name] {
+			inPool[v.Path] = true
+			if v.BackingStorePath == basePath && v.Path != basePath {
+				u.Users = append(u.Users, "volume "+p.Name+"/"+v.Name)
+			}
+		}
+	}
+	for _, d := range s.disks {
 		if d.Path == basePath {
 			u.Users = append(u.Users, "domain "+d.Domain+" disk "+d.Target)
 		} else if doubt := diskDoubt(d, inPool, sc); doubt != "" {
@@ -105,40 +180,37 @@ func (c *Cache) Users(ctx context.Context, basePath string) (Usage, error) {
 	sort.Strings(u.Users)
 	sort.Strings(u.Doubts)
 	u.Users, u.Doubts = slices.Compact(u.Users), slices.Compact(u.Doubts)
-	return u, nil
+	return u
 }
 
-// poolUsers lists the volumes of every pool that back onto basePath, the doubts of pools in
-// scope it cannot read, and the paths of every volume it read.
-func (c *Cache) poolUsers(ctx context.Context, pools []libvirt.Pool, sc scope, basePath string) (Usage, map[string]bool) {
-	var u Usage
-	inPool := map[string]bool{}
-	for _, p := range pools {
-		switch {
-		case !p.Active && !sc.pool(p.Name):
-			continue // no overlay of this base can be there
-		case !p.Active:
-			u.Doubts = append(u.Doubts, "pool "+p.Name+" is inactive, so its volumes cannot be checked (start the pool, or delete it)")
-			continue
-		}
-		vols, err := c.lv.Volumes(ctx, p.Name)
-		if libvirt.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			if sc.pool(p.Name) {
-				u.Doubts = append(u.Doubts, "pool "+p.Name+" cannot be read: "+err.Error())
-			}
-			continue
-		}
-		for _, v := range vols {
-			inPool[v.Path] = true
-			if v.BackingStorePath == basePath && v.Path != basePath {
-				u.Users = append(u.Users, "volume "+p.Name+"/"+v.Name)
-			}
-		}
+// ScanReuse is how long a host's in-use scan serves the first check of later removals on that
+// host (about one poll of a deletion that is held).
+const ScanReuse = 5 * time.Second
+
+// scans remembers the last in-use scan of each host, for ScanReuse.
+type scans struct {
+	mu sync.Mutex
+	m  map[string]hostScan
+}
+
+func (s *scans) get(address string, now time.Time) (hostScan, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.m[address]
+	if !ok || now.Sub(h.at) >= ScanReuse || now.Before(h.at) {
+		delete(s.m, address)
+		return hostScan{}, false
 	}
-	return u, inPool
+	return h, true
+}
+
+func (s *scans) put(address string, h hostScan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]hostScan{}
+	}
+	s.m[address] = h
 }
 
 // diskDoubt says why a domain disk (not the base itself) might back onto the base without

@@ -3,10 +3,12 @@ package imagecache
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
@@ -252,6 +254,53 @@ func TestUsersScoped(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want.u, u); diff != "" {
 				t.Errorf("%s\nUsers(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// TestUsersRecent: a removal's first check reuses a scan of the host for ScanReuse; Users
+// always reads the host.
+func TestUsersRecent(t *testing.T) {
+	overlay := Usage{Users: []string{"volume default/vm.root.qcow2"}}
+	type want struct{ Recent, Fresh Usage }
+	cases := map[string]struct {
+		reason string
+		after  time.Duration
+		want   want
+	}{
+		"Reused": {
+			reason: "an overlay made after a scan a second old is not in the reused scan, but Users sees it",
+			after:  time.Second,
+			want:   want{Recent: Usage{}, Fresh: overlay},
+		},
+		"Expired": {
+			reason: "a scan ScanReuse old is read again",
+			after:  ScanReuse,
+			want:   want{Recent: overlay, Fresh: overlay},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := fakestorage.New()
+			h.Put(tpool, volA, nil)
+			now := t0
+			c := newFakeCache(h, testShared(), Downloads{}, WithClock(func() time.Time { return now }))
+			if _, err := c.usersRecent(context.Background(), pathA); err != nil {
+				t.Fatal(err)
+			}
+			h.PutOverlay(tpool, "vm.root.qcow2", pathA)
+			now = now.Add(tc.after)
+			recent, err := c.usersRecent(context.Background(), pathA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := c.Users(context.Background(), pathA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, want{Recent: recent, Fresh: fresh}, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s\nusersRecent, Users: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}
