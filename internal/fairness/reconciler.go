@@ -36,15 +36,21 @@ type Reconciler struct {
 	limit   RateLimiter
 	workers int
 
-	mu       sync.Mutex
-	limited  map[types.NamespacedName]bool
+	mu sync.Mutex
+	// limited: requests delayed by the Limiter, and when; they pass when they come back. One
+	// that never comes back (its resource deleted) is forgotten after forgetLimited.
+	limited  map[types.NamespacedName]time.Time
 	inFlight map[string]int
 }
+
+// forgetLimited is how long a delayed request's pass is kept: far longer than any delay the
+// Limiter hands out to a namespace that keeps asking.
+const forgetLimited = time.Hour
 
 // NewReconciler wraps r with l; workers is the controller's MaxConcurrentReconciles.
 func NewReconciler(r reconcile.Reconciler, l RateLimiter, workers int) *Reconciler {
 	return &Reconciler{inner: r, limit: l, workers: max(1, workers),
-		limited: map[types.NamespacedName]bool{}, inFlight: map[string]int{}}
+		limited: map[types.NamespacedName]time.Time{}, inFlight: map[string]int{}}
 }
 
 // Reconcile runs the inner reconciler when the request's namespace is within its shares.
@@ -68,7 +74,7 @@ func (r *Reconciler) admit(req reconcile.Request) (time.Duration, bool) {
 		r.mu.Unlock()
 		return Busy, false
 	}
-	passed := r.limited[req.NamespacedName]
+	_, passed := r.limited[req.NamespacedName]
 	delete(r.limited, req.NamespacedName)
 	r.mu.Unlock()
 
@@ -76,7 +82,7 @@ func (r *Reconciler) admit(req reconcile.Request) (time.Duration, bool) {
 		// Outside the lock: the Limiter has its own, and may be shared by every controller.
 		if d := r.limit.When(req.Namespace); d > 0 {
 			r.mu.Lock()
-			r.limited[req.NamespacedName] = true
+			r.pass(req.NamespacedName)
 			r.mu.Unlock()
 			return d, false
 		}
@@ -85,11 +91,25 @@ func (r *Reconciler) admit(req reconcile.Request) (time.Duration, bool) {
 	defer r.mu.Unlock()
 	if r.inFlight[req.Namespace] >= WorkerShare(r.workers, active) {
 		// Another worker took the share meanwhile; the token stays reserved for this request.
-		r.limited[req.NamespacedName] = true
+		r.pass(req.NamespacedName)
 		return Busy, false
 	}
 	r.inFlight[req.Namespace]++
 	return 0, true
+}
+
+// pass lets nn through when it comes back, and forgets passes older than forgetLimited.
+// Called with mu held.
+func (r *Reconciler) pass(nn types.NamespacedName) {
+	now := time.Now()
+	if len(r.limited) >= 1024 {
+		for k, at := range r.limited {
+			if now.Sub(at) > forgetLimited {
+				delete(r.limited, k)
+			}
+		}
+	}
+	r.limited[nn] = now
 }
 
 func (r *Reconciler) done(ns string) {

@@ -93,7 +93,7 @@ func TestReconciler(t *testing.T) {
 				r.inFlight[ns] = n
 			}
 			if tc.limited {
-				r.limited[req.NamespacedName] = true
+				r.limited[req.NamespacedName] = time.Now()
 			}
 			res, err := r.Reconcile(context.Background(), req)
 			got := want{result: res, err: err, ran: ran, asked: tc.limiter.asked}

@@ -125,9 +125,9 @@ func namesConfig(mg resource.Managed, name string) bool {
 // holder reconciles the hold of namespaced ProviderConfigs.
 type holder struct {
 	kube client.Client // writes, and reads of ProviderConfigs
-	// secrets reads Secrets from the API server (the manager's APIReader). The manager's
-	// client reads them uncached too (setup.ClientOptions), so no informer holds the
-	// cluster's Secrets; this reader says so where the Secret is read before a patch.
+	// secrets reads Secrets from the API server (the manager's APIReader), as the manager's
+	// client does too (setup.ClientOptions): the provider has no Secret informer and caches
+	// no Secret of the cluster.
 	secrets  client.Reader
 	users    users
 	log      logging.Logger
