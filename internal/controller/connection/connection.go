@@ -72,6 +72,10 @@ type Session struct {
 	Socket, URI string
 	// ImportsAllowed is true when the config lets this resource import existing objects.
 	ImportsAllowed bool
+
+	// Unschedulable is true when the config cordons its host (spec.unschedulable): new
+	// objects are not placed there.
+	Unschedulable bool
 }
 
 // Connect tracks mg's usage of its config, resolves the config and opens (or reuses) the
@@ -97,6 +101,7 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 			c.Recorder.Event(mg, event.Warning(ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address, r.Source)))
 		}
 	}
+	s.Unschedulable = r.Unschedulable
 	if s.conn, err = c.Conns.Get(s.context(ctx), r.Host); err != nil {
 		return nil, errors.Wrapf(err, errConnect, r.Source)
 	}
