@@ -5,9 +5,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/controller/hoststatus"
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
@@ -27,6 +29,10 @@ func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections,
 		return err
 	}
 	shared := setup.NewShared()
+	// The host status of every config, read through the same pooled connections.
+	if err := hoststatus.Setup(mgr, o, conns, shared.Libvirt); err != nil {
+		return errors.Wrap(err, "cannot set up the host status controllers")
+	}
 	if err := baseimage.Setup(mgr, o, conns, shared); err != nil {
 		return err
 	}
