@@ -150,7 +150,9 @@ func TestHostStatusOnRealHost(t *testing.T) {
 		near(t, "CPUs", int64(s.CPUs), field(t, node, "CPU(s)"), 0)
 		near(t, "memory total KiB", s.MemoryTotal.Value()/1024, field(t, node, "Memory size"), 0)
 		free := virsh(t, "freecell", "--all")
-		near(t, "memory free KiB", s.MemoryFree.Value()/1024, field(t, free, "Total"), 256<<10) // it moves
+		// Free memory moves with whatever else runs on the machine (builds beside the test):
+		// within a tenth of the total, or a GiB.
+		near(t, "memory free KiB", s.MemoryFree.Value()/1024, field(t, free, "Total"), max(1<<20, field(t, node, "Memory size")/10))
 		ver := virsh(t, "version")
 		if !strings.Contains(ver, "Running against daemon: "+s.LibvirtVersion) || !strings.Contains(ver, "QEMU "+s.QEMUVersion) {
 			t.Errorf("versions libvirt %q, QEMU %q; virsh version says:\n%s", s.LibvirtVersion, s.QEMUVersion, ver)

@@ -183,12 +183,17 @@ func (hm *hostMemo) ownership(ctx context.Context, h Host, doms []lv.DomainStat)
 }
 
 // ownedBy is true when metadata (the element of our namespace, "" for none) is our
-// ownership record.
+// ownership record. libvirt returns the element without its namespace (asked by namespace,
+// it is ours), so the element is matched by name only.
 func ownedBy(metadata string) (bool, error) {
 	if metadata == "" {
 		return false, nil
 	}
-	o := domainxml.Owner{}
+	var o struct {
+		XMLName   xml.Name `xml:"owner"`
+		ManagedBy string   `xml:"managedBy"`
+		UID       string   `xml:"uid"`
+	}
 	if err := xml.Unmarshal([]byte(metadata), &o); err != nil {
 		return false, err
 	}

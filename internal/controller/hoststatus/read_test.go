@@ -17,14 +17,16 @@ import (
 )
 
 const (
-	ourName   = "team-a_proxy"
-	ourSeed   = "team-a_proxy-6c1f0b6e-abababababababab.seed.iso"
-	ourRoot   = "team-a_proxy-6c1f0b6e.root.qcow2"
-	ourBase   = "pkvm-base-0123456789abcdef0123456789abcdef0123456789abcdef0123456789ab.qcow2"
-	otherVol  = "debian.qcow2"
-	foreign   = "legacy-vm"
-	ownerXML  = `<owner xmlns="https://kvm.crossplane.io/xmlns/owner/v1"><managedBy>provider-kvm</managedBy><uid>u1</uid><namespace>team-a</namespace><name>proxy</name></owner>`
-	strangerX = `<owner xmlns="https://kvm.crossplane.io/xmlns/owner/v1"><managedBy>someone-else</managedBy><uid>u2</uid></owner>`
+	ourName  = "team-a_proxy"
+	ourSeed  = "team-a_proxy-6c1f0b6e-abababababababab.seed.iso"
+	ourRoot  = "team-a_proxy-6c1f0b6e.root.qcow2"
+	ourBase  = "pkvm-base-0123456789abcdef0123456789abcdef0123456789abcdef0123456789ab.qcow2"
+	otherVol = "debian.qcow2"
+	foreign  = "legacy-vm"
+	// ownerXML is our record as libvirt's DomainGetMetadata returns it: without its namespace.
+	ownerXML   = `<owner><managedBy>provider-kvm</managedBy><uid>u1</uid><namespace>team-a</namespace><name>proxy</name></owner>`
+	ownerXMLNS = `<owner xmlns="https://kvm.crossplane.io/xmlns/owner/v1"><managedBy>provider-kvm</managedBy><uid>u1</uid></owner>`
+	strangerX  = `<owner xmlns="https://kvm.crossplane.io/xmlns/owner/v1"><managedBy>someone-else</managedBy><uid>u2</uid></owner>`
 )
 
 func dom(name string, id byte, active bool, vcpus uint32, mem uint64) lv.DomainStat {
@@ -252,6 +254,9 @@ func TestOwnedBy(t *testing.T) {
 	}{
 		"None":     {},
 		"Ours":     {md: ownerXML, want: true},
+		"OursNS":   {md: ownerXMLNS, want: true},
+		"NoUID":    {md: "<owner><managedBy>provider-kvm</managedBy></owner>"},
+		"Other":    {md: "<label>x</label>", wantErr: true},
 		"Stranger": {md: strangerX},
 		"Garbage":  {md: "<owner", wantErr: true},
 	}
