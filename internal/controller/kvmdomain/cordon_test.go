@@ -2,14 +2,13 @@ package kvmdomain
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
-	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
@@ -34,9 +33,8 @@ func TestCordoned(t *testing.T) {
 	}
 }
 
-// TestCordonedHost: on a cordoned host a new KVMDomain is refused before anything is made, with
-// a Ready condition saying why; one whose domain exists is observed, updated and deleted as on
-// any host.
+// TestCordonedHost: on a cordoned host a new KVMDomain is refused before anything is made; one
+// whose domain exists is observed, updated and deleted as on any host.
 func TestCordonedHost(t *testing.T) {
 	refusal := errors.Errorf(errCordoned, "root@h:22", "ClusterProviderConfig/default")
 
@@ -48,13 +46,6 @@ func TestCordonedHost(t *testing.T) {
 		_, err := e.Create(context.Background(), cr)
 		if diff := cmp.Diff(refusal, err, test.EquateErrors()); diff != "" {
 			t.Fatalf("Create(): -want error, +got error:\n%s", diff)
-		}
-		want := cordonedCondition(refusal)
-		if diff := cmp.Diff(want, cr.GetCondition(xpv2.TypeReady), cmpopts.IgnoreFields(xpv2.Condition{}, "LastTransitionTime")); diff != "" {
-			t.Errorf("Ready condition: -want, +got:\n%s", diff)
-		}
-		if want.Reason != ReasonHostCordoned {
-			t.Errorf("reason %q, want %q", want.Reason, ReasonHostCordoned)
 		}
 		if len(h.domains) != 0 || len(h.Created) != 0 {
 			t.Errorf("a refused Create made domains %v, volumes %v", h.domains, h.Created)
@@ -73,6 +64,17 @@ func TestCordonedHost(t *testing.T) {
 		}
 		if !o.ResourceExists {
 			t.Error("Observe(): an existing domain on a cordoned host is reported missing")
+		}
+	})
+
+	t.Run("ExistingUpdated", func(t *testing.T) {
+		h := newFakeHost()
+		withDomain(ourDomain, uid, libvirt.StateRunning)(t, h)
+		withOverlay(true)(t, h)
+		e := newExt(h, false)
+		e.unschedulable = true
+		if _, err := e.Update(context.Background(), kvm()); err != nil && strings.Contains(err.Error(), "cordoned") {
+			t.Errorf("Update() of an existing domain on a cordoned host refused: %v", err)
 		}
 	})
 

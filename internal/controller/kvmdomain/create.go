@@ -121,7 +121,6 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 	// Observe found no domain: a new one is never placed on a cordoned host. The managed
 	// reconciler raises the warning event and sets Synced=False with this error.
 	if err := cordoned(e.unschedulable, e.host, e.source); err != nil {
-		cr.SetConditions(cordonedCondition(err))
 		return managed.ExternalCreation{}, err
 	}
 	cr.SetConditions(xpv2.Creating())
