@@ -104,13 +104,15 @@ func (d DomainStat) Name() string { return d.Handle.Name }
 func (d DomainStat) UUID() string { return uuidString(d.Handle.UUID) }
 
 // DomainStats reads the state, vCPUs and memory of every domain, running or defined, in one
-// RPC (ConnectGetAllDomainStats).
+// RPC (ConnectGetAllDomainStats), without waiting for a busy domain's monitor.
 func (c *Client) DomainStats(ctx context.Context) ([]DomainStat, error) {
 	var out []DomainStat
 	err := c.do(ctx, func(l rpc) error {
 		recs, err := l.ConnectGetAllDomainStats(
 			uint32(golibvirt.DomainStatsState|golibvirt.DomainStatsVCPU|golibvirt.DomainStatsBalloon),
-			uint32(golibvirt.ConnectGetAllDomainsStatsActive|golibvirt.ConnectGetAllDomainsStatsInactive))
+			// Nowait: a domain whose QEMU is busy with a job (or stuck) reports what its
+			// definition says without waiting for its monitor.
+			uint32(golibvirt.ConnectGetAllDomainsStatsActive|golibvirt.ConnectGetAllDomainsStatsInactive|golibvirt.ConnectGetAllDomainsStatsNowait))
 		if err != nil {
 			return err
 		}
