@@ -273,6 +273,12 @@ type ProviderConfigSpec struct {
 	// +kubebuilder:default={}
 	Defaults HostDefaults `json:"defaults,omitempty"`
 
+	// Unschedulable cordons the host: new KVMDomains (those whose domain does not exist on the
+	// host yet) that reference this config are refused; domains already there keep running and
+	// are still observed, updated and deleted. As Kubernetes' Node spec.unschedulable.
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+
 	// Imports says whether managed resources may import existing libvirt objects on this
 	// host. Off by default.
 	// +optional
@@ -282,12 +288,6 @@ type ProviderConfigSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	ImageSources ImageSourcePolicy `json:"imageSources,omitempty"`
-
-	// Unschedulable cordons the host: new KVMDomains (those whose domain does not exist on the
-	// host yet) that reference this config are refused; domains already there keep running and
-	// are still observed, updated and deleted. As Kubernetes' Node spec.unschedulable.
-	// +optional
-	Unschedulable bool `json:"unschedulable,omitempty"`
 }
 
 // A ProviderConfigStatus reflects the observed state of a ProviderConfig.

@@ -29,15 +29,15 @@ func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections,
 		return err
 	}
 	shared := setup.NewShared()
-	// The host status of every config, read through the same pooled connections.
-	if err := hoststatus.Setup(mgr, o, conns, shared.Libvirt); err != nil {
-		return errors.Wrap(err, "cannot set up the host status controllers")
-	}
 	if err := baseimage.Setup(mgr, o, conns, shared); err != nil {
 		return err
 	}
 	if err := seedvolume.Setup(mgr, o, conns, shared); err != nil {
 		return err
 	}
-	return kvmdomain.Setup(mgr, o, conns, events, shared)
+	if err := kvmdomain.Setup(mgr, o, conns, events, shared); err != nil {
+		return err
+	}
+	// The host status of every config, read through the same pooled connections.
+	return errors.Wrap(hoststatus.Setup(mgr, o, conns, shared.Libvirt), "cannot set up the host status controllers")
 }

@@ -70,12 +70,11 @@ type Session struct {
 	// Socket and URI of libvirt on the host, for connections of their own (see
 	// libvirt.WithSocket).
 	Socket, URI string
-	// ImportsAllowed is true when the config lets this resource import existing objects.
-	ImportsAllowed bool
-
 	// Unschedulable is true when the config cordons its host (spec.unschedulable): new
 	// objects are not placed there.
 	Unschedulable bool
+	// ImportsAllowed is true when the config lets this resource import existing objects.
+	ImportsAllowed bool
 }
 
 // Connect tracks mg's usage of its config, resolves the config and opens (or reuses) the
