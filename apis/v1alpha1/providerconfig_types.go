@@ -273,6 +273,12 @@ type ProviderConfigSpec struct {
 	// +kubebuilder:default={}
 	Defaults HostDefaults `json:"defaults,omitempty"`
 
+	// Unschedulable cordons the host: new KVMDomains (those whose domain does not exist on the
+	// host yet) that reference this config are refused; domains already there keep running and
+	// are still observed, updated and deleted. As Kubernetes' Node spec.unschedulable.
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+
 	// Imports says whether managed resources may import existing libvirt objects on this
 	// host. Off by default.
 	// +optional
@@ -287,6 +293,15 @@ type ProviderConfigSpec struct {
 // A ProviderConfigStatus reflects the observed state of a ProviderConfig.
 type ProviderConfigStatus struct {
 	xpv2.ProviderConfigStatus `json:",inline"`
+
+	// Unschedulable is spec.unschedulable as the host status controller last recorded it.
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+
+	// Host is what the provider last read of the host: versions, capacity, pools and what
+	// the provider's own objects take. The Ready condition says whether it could be read.
+	// +optional
+	Host *HostStatus `json:"host,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -294,9 +309,13 @@ type ProviderConfigStatus struct {
 // A ProviderConfig describes one libvirt host, reached over SSH, for managed resources in its
 // own namespace. Its Secrets must live in the same namespace.
 // +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="READY",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
 // +kubebuilder:printcolumn:name="HOST",type="string",JSONPath=".spec.host"
-// +kubebuilder:printcolumn:name="TRANSPORT",type="string",JSONPath=".spec.transport"
-// +kubebuilder:printcolumn:name="USERS",type="integer",JSONPath=".status.users"
+// +kubebuilder:printcolumn:name="UNSCHEDULABLE",type="boolean",JSONPath=".spec.unschedulable"
+// +kubebuilder:printcolumn:name="FREE-MEM",type="string",JSONPath=".status.host.memoryFree"
+// +kubebuilder:printcolumn:name="DOMAINS",type="integer",JSONPath=".status.host.managed.domains"
+// +kubebuilder:printcolumn:name="TRANSPORT",type="string",JSONPath=".spec.transport",priority=1
+// +kubebuilder:printcolumn:name="USERS",type="integer",JSONPath=".status.users",priority=1
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:resource:scope=Namespaced,categories={crossplane,provider,kvm}
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.credentials) || (!has(self.spec.credentials.secretRef.__namespace__) && (!has(self.spec.credentials.passphraseSecretRef) || !has(self.spec.credentials.passphraseSecretRef.__namespace__)))",message="a ProviderConfig reads Secrets from its own namespace: omit credentials secretRef namespace"
@@ -325,9 +344,13 @@ type ProviderConfigList struct {
 // A ClusterProviderConfig describes one libvirt host, reached over SSH, for managed resources
 // in any namespace. Its Secret references must name their namespace.
 // +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="READY",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
 // +kubebuilder:printcolumn:name="HOST",type="string",JSONPath=".spec.host"
-// +kubebuilder:printcolumn:name="TRANSPORT",type="string",JSONPath=".spec.transport"
-// +kubebuilder:printcolumn:name="USERS",type="integer",JSONPath=".status.users"
+// +kubebuilder:printcolumn:name="UNSCHEDULABLE",type="boolean",JSONPath=".spec.unschedulable"
+// +kubebuilder:printcolumn:name="FREE-MEM",type="string",JSONPath=".status.host.memoryFree"
+// +kubebuilder:printcolumn:name="DOMAINS",type="integer",JSONPath=".status.host.managed.domains"
+// +kubebuilder:printcolumn:name="TRANSPORT",type="string",JSONPath=".spec.transport",priority=1
+// +kubebuilder:printcolumn:name="USERS",type="integer",JSONPath=".status.users",priority=1
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:resource:scope=Cluster,categories={crossplane,provider,kvm}
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.credentials) || (has(self.spec.credentials.secretRef.__namespace__) && (!has(self.spec.credentials.passphraseSecretRef) || has(self.spec.credentials.passphraseSecretRef.__namespace__)))",message="a ClusterProviderConfig must name the namespace of its credentials Secrets"

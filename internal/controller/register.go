@@ -5,9 +5,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
+	"github.com/provider-kvm/provider-kvm/internal/controller/hoststatus"
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
@@ -33,5 +35,9 @@ func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections,
 	if err := seedvolume.Setup(mgr, o, conns, shared); err != nil {
 		return err
 	}
-	return kvmdomain.Setup(mgr, o, conns, events, shared)
+	if err := kvmdomain.Setup(mgr, o, conns, events, shared); err != nil {
+		return err
+	}
+	// The host status of every config, read through the same pooled connections.
+	return errors.Wrap(hoststatus.Setup(mgr, o, conns, shared.Libvirt), "cannot set up the host status controllers")
 }

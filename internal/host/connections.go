@@ -314,7 +314,7 @@ func (p *Connections) open(ctx context.Context, c Config, old *session) (*sessio
 		if s.ssh != nil && (!reused || ctx.Err() != nil) {
 			s.ssh.close()
 		}
-		return nil, errors.Wrapf(err, errOpenLibvirt, c.URI)
+		return nil, &LibvirtOpenError{URI: c.URI, Err: err}
 	}
 	s.lv = lv
 	metrics.Call(ctx, metrics.OpConnectOpen)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/host"
@@ -44,6 +45,8 @@ type Resolved struct {
 	Defaults v1alpha1.HostDefaults
 	// ImageSources bounds what BaseImages on this host download.
 	ImageSources v1alpha1.ImageSourcePolicy
+	// Unschedulable is the config's spec.unschedulable: the host is cordoned.
+	Unschedulable bool
 	// Source names the config it came from, e.g. "ClusterProviderConfig/default", for
 	// messages and events.
 	Source string
@@ -70,8 +73,14 @@ func (r *Resolved) ImportsAllowed(namespace string) bool {
 }
 
 // Resolve reads the config that mg references and the Secrets it names.
-func Resolve(ctx context.Context, c client.Reader, mg resource.ModernManaged) (*Resolved, error) { //nolint:gocyclo // both config kinds and each Secret read in sequence; each step only returns its error
-	ref := mg.GetProviderConfigReference()
+func Resolve(ctx context.Context, c client.Reader, mg resource.ModernManaged) (*Resolved, error) {
+	return ResolveRef(ctx, c, mg.GetNamespace(), mg.GetProviderConfigReference())
+}
+
+// ResolveRef reads the config ref names, as a managed resource in namespace that references
+// it would, and the Secrets it names. The host status controller resolves a config itself
+// this way.
+func ResolveRef(ctx context.Context, c client.Reader, namespace string, ref *xpv2.ProviderConfigReference) (*Resolved, error) { //nolint:gocyclo // both config kinds and each Secret read in sequence; each step only returns its error
 	if ref == nil || ref.Name == "" {
 		return nil, errors.New(errNoRef)
 	}
@@ -84,8 +93,8 @@ func Resolve(ctx context.Context, c client.Reader, mg resource.ModernManaged) (*
 	switch ref.Kind {
 	case v1alpha1.ProviderConfigKind:
 		pc := &v1alpha1.ProviderConfig{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: mg.GetNamespace(), Name: ref.Name}, pc); err != nil {
-			return nil, errors.Wrapf(err, errGetPC, mg.GetNamespace(), ref.Name)
+		if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, pc); err != nil {
+			return nil, errors.Wrapf(err, errGetPC, namespace, ref.Name)
 		}
 		spec, secretNSDef = pc.Spec, pc.GetNamespace()
 		source = v1alpha1.ProviderConfigKind + "/" + ref.Name
@@ -124,6 +133,7 @@ func Resolve(ctx context.Context, c client.Reader, mg resource.ModernManaged) (*
 	if spec.Imports != nil {
 		r.Imports = *spec.Imports
 	}
+	r.Unschedulable = spec.Unschedulable
 	if r.Host.Transport != host.TransportSSH && r.Host.Transport != "" {
 		return r, nil
 	}

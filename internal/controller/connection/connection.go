@@ -70,6 +70,9 @@ type Session struct {
 	// Socket and URI of libvirt on the host, for connections of their own (see
 	// libvirt.WithSocket).
 	Socket, URI string
+	// Unschedulable is true when the config cordons its host (spec.unschedulable): new
+	// objects are not placed there.
+	Unschedulable bool
 	// ImportsAllowed is true when the config lets this resource import existing objects.
 	ImportsAllowed bool
 }
@@ -97,6 +100,7 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 			c.Recorder.Event(mg, event.Warning(ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address, r.Source)))
 		}
 	}
+	s.Unschedulable = r.Unschedulable
 	if s.conn, err = c.Conns.Get(s.context(ctx), r.Host); err != nil {
 		return nil, errors.Wrapf(err, errConnect, r.Source)
 	}

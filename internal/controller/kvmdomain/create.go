@@ -118,6 +118,11 @@ func (e *external) growDisk(ctx context.Context, cr *v1alpha1.KVMDomain, t targe
 }
 
 func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.ExternalCreation, error) {
+	// Observe found no domain: a new one is never placed on a cordoned host. The managed
+	// reconciler raises the warning event and sets Synced=False with this error.
+	if err := cordoned(e.unschedulable, e.host, e.source); err != nil {
+		return managed.ExternalCreation{}, err
+	}
 	cr.SetConditions(xpv2.Creating())
 	in, err := e.inputs(ctx, cr)
 	if err != nil {

@@ -152,7 +152,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, probes: c.probes, defaults: s.Defaults, source: s.Source,
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
-		policies: c.policies,
+		policies: c.policies, unschedulable: s.Unschedulable,
 	}, nil
 }
 
@@ -172,6 +172,8 @@ type external struct {
 	importsAllowed bool
 	// policies: spec.managementPolicies are honoured (see observeOnly).
 	policies bool
+	// unschedulable: the host is cordoned, no new domain is created (cordon.go).
+	unschedulable bool
 }
 
 // target is what a KVMDomain manages, all derived from the resource (never from the

@@ -1,0 +1,251 @@
+// Package hoststatus writes the status of ProviderConfigs and ClusterProviderConfigs: whether
+// their host is Ready (SSH reachable, host key matches, libvirt answers; else the precise
+// reason), its versions, CPUs and memory, the pools the provider's objects use, what those
+// objects take, and lastSeen. It reads each host on its own poll, through the shared pooled
+// connection the managed resources use, and raises events when a host becomes unready, a pool
+// falls under 10% free, or a host is cordoned (spec.unschedulable).
+//
+// The pure parts are in status.go (condition, figures, events); what a read asks of the host
+// and remembers between polls is in read.go.
+package hoststatus
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/ratelimiter"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/controller/connection"
+	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/hostconfig"
+	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
+)
+
+// Kind is the kind label of the libvirt calls of status reads (provider_kvm_libvirt_calls_total).
+const Kind = "HostStatus"
+
+const (
+	// DefaultUnreadyPoll is how often an unready host is read again (at most the poll).
+	DefaultUnreadyPoll = 15 * time.Second
+	// DefaultTimeout bounds one reconcile.
+	DefaultTimeout = time.Minute
+
+	errGet          = "cannot get %s"
+	errResolve      = "cannot read the config"
+	errUpdateStatus = "cannot update the status of %s"
+
+	msgInsecure = "opened an SSH connection to %s without verifying its host key (insecureSkipHostKeyVerification): anyone who can intercept the connection can impersonate the host; pin the key with knownHosts"
+)
+
+// Connections hands out connections to hosts; *host.Connections is one.
+type Connections = connection.Connections
+
+// ops are the accessors of one kind of config.
+type ops struct {
+	kind   string
+	new    func() client.Object
+	spec   func(client.Object) *v1alpha1.ProviderConfigSpec
+	status func(client.Object) *v1alpha1.ProviderConfigStatus
+}
+
+var (
+	pcOps = ops{
+		kind:   v1alpha1.ProviderConfigKind,
+		new:    func() client.Object { return &v1alpha1.ProviderConfig{} },
+		spec:   func(o client.Object) *v1alpha1.ProviderConfigSpec { return &o.(*v1alpha1.ProviderConfig).Spec },
+		status: func(o client.Object) *v1alpha1.ProviderConfigStatus { return &o.(*v1alpha1.ProviderConfig).Status },
+	}
+	cpcOps = ops{
+		kind: v1alpha1.ClusterProviderConfigKind,
+		new:  func() client.Object { return &v1alpha1.ClusterProviderConfig{} },
+		spec: func(o client.Object) *v1alpha1.ProviderConfigSpec { return &o.(*v1alpha1.ClusterProviderConfig).Spec },
+		status: func(o client.Object) *v1alpha1.ProviderConfigStatus {
+			return &o.(*v1alpha1.ClusterProviderConfig).Status
+		},
+	}
+)
+
+// Reconciler writes the host status of one kind of config.
+type Reconciler struct {
+	kube   client.Client
+	ops    ops
+	conns  Connections
+	memo   *Memo
+	record event.Recorder
+	log    logging.Logger
+	// poll is how often a Ready host is read; unreadyPoll an unready one.
+	poll, unreadyPoll time.Duration
+	timeout           time.Duration
+	// host makes the libvirt client of a connection.
+	host func(c *host.Conn, r *hostconfig.Resolved) Host
+}
+
+// Setup adds the host status controllers of ProviderConfigs and ClusterProviderConfigs to mgr.
+// They read hosts through conns, the pool the managed resources share, with libvirt clients
+// sharing lvs, every o.PollInterval while a host is Ready and every DefaultUnreadyPoll (at
+// most the poll) while it is not.
+func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, lvs *lv.Shared) error {
+	memo := NewMemo(time.Now, DefaultRecheck)
+	for _, k := range []ops{pcOps, cpcOps} {
+		name := "hoststatus/" + strings.ToLower(k.kind)
+		r := &Reconciler{
+			kube: mgr.GetClient(), ops: k, conns: conns, memo: memo,
+			record:      event.NewAPIRecorder(mgr.GetEventRecorderFor(name)), //nolint:staticcheck // crossplane-runtime's recorder still takes the old events API.
+			log:         o.Logger.WithValues("controller", name),
+			poll:        o.PollInterval,
+			unreadyPoll: min(DefaultUnreadyPoll, o.PollInterval),
+			timeout:     DefaultTimeout,
+			host: func(c *host.Conn, res *hostconfig.Resolved) Host {
+				h := res.Host.WithDefaults()
+				return lv.New(c, lvs, lv.WithSocket(h.Socket), lv.WithURI(h.URI), lv.WithKind(Kind))
+			},
+		}
+		if r.poll <= 0 {
+			r.poll = time.Minute
+			r.unreadyPoll = DefaultUnreadyPoll
+		}
+		err := ctrl.NewControllerManagedBy(mgr).
+			Named(name).
+			WithOptions(o.ForControllerRuntime()).
+			// Spec changes (a cordon, a new key) are read at once; the status this controller
+			// writes does not wake it, its poll does.
+			For(k.new(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter))
+		if err != nil {
+			return errors.Wrapf(err, "cannot set up the host status controller of %s", k.kind)
+		}
+	}
+	return nil
+}
+
+// Reconcile reads the config's host and writes its status.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	obj := r.ops.new()
+	if err := r.kube.Get(ctx, req.NamespacedName, obj); err != nil {
+		return reconcile.Result{}, errors.Wrapf(client.IgnoreNotFound(err), errGet, r.ops.kind)
+	}
+	if meta.WasDeleted(obj) {
+		return reconcile.Result{}, nil
+	}
+	spec, st := r.ops.spec(obj), r.ops.status(obj)
+	old := *st.DeepCopy()
+
+	stage, addr, hs, err := r.read(ctx, obj, spec)
+	cond := Condition(stage, err)
+	*st = Next(old, spec.Unschedulable, addr, cond, hs)
+	if err := r.kube.Status().Update(ctx, obj); err != nil {
+		return reconcile.Result{}, errors.Wrapf(err, errUpdateStatus, r.ops.kind+"/"+obj.GetName())
+	}
+	for _, e := range Events(old, *st) {
+		r.record.Event(obj, e)
+	}
+	r.log.Debug("Read host", "config", r.ops.kind+"/"+obj.GetName(), "address", addr, "ready", describe(*st))
+	if cond.Status != corev1.ConditionTrue {
+		return reconcile.Result{RequeueAfter: r.unreadyPoll}, nil
+	}
+	return reconcile.Result{RequeueAfter: r.poll}, nil
+}
+
+// read reads the host of obj: the stage it got to, the host's address (once the config was
+// read), its status when the read succeeded, and the error that stopped it.
+func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1.ProviderConfigSpec) (Stage, string, *v1alpha1.HostStatus, error) {
+	ref := &xpv2.ProviderConfigReference{Kind: r.ops.kind, Name: obj.GetName()}
+	res, err := hostconfig.ResolveRef(ctx, r.kube, obj.GetNamespace(), ref)
+	if err != nil {
+		return StageConfig, "", nil, errors.Wrap(err, errResolve)
+	}
+	addr := res.Host.Address()
+	ctx = metrics.WithKind(host.ContextWithOnOpen(ctx, func(info host.OpenInfo) {
+		if info.Insecure {
+			r.record.Event(obj, event.Warning(connection.ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address)))
+		}
+	}), Kind)
+	conn, err := r.conns.Get(ctx, res.Host)
+	if err != nil {
+		r.memo.Forget(addr)
+		return StageConnect, addr, nil, err
+	}
+	pools := r.pools(ctx, obj.GetNamespace(), ref, spec.Defaults.Pool)
+	rd, err := r.memo.Read(ctx, r.host(conn, res), addr, pools)
+	if err != nil {
+		r.memo.Forget(addr)
+		return StageRead, addr, nil, err
+	}
+	return StageRead, addr, Figures(addr, rd, metav1.Now()), nil
+}
+
+// pools are the pools whose figures the status shows: the config's default pool and every
+// pool a managed resource that uses the config names. A list that cannot be read only leaves
+// its pools out (the default pool is always read).
+func (r *Reconciler) pools(ctx context.Context, namespace string, ref *xpv2.ProviderConfigReference, def string) []string {
+	if def == "" {
+		def = "default"
+	}
+	set := map[string]bool{def: true}
+	uses := func(mg interface {
+		GetProviderConfigReference() *xpv2.ProviderConfigReference
+	}) bool {
+		m := mg.GetProviderConfigReference()
+		return m != nil && m.Kind == ref.Kind && m.Name == ref.Name
+	}
+	var opts []client.ListOption
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	doms := &v1alpha1.KVMDomainList{}
+	if err := r.kube.List(ctx, doms, opts...); err == nil {
+		for i := range doms.Items {
+			if d := &doms.Items[i]; uses(d) && d.Spec.ForProvider.Pool != "" {
+				set[d.Spec.ForProvider.Pool] = true
+			}
+		}
+	} else {
+		r.log.Debug("Cannot list KVMDomains for their pools", "error", err)
+	}
+	seeds := &v1alpha1.SeedVolumeList{}
+	if err := r.kube.List(ctx, seeds, opts...); err == nil {
+		for i := range seeds.Items {
+			if s := &seeds.Items[i]; uses(s) && s.Spec.ForProvider.Pool != "" {
+				set[s.Spec.ForProvider.Pool] = true
+			}
+		}
+	} else {
+		r.log.Debug("Cannot list SeedVolumes for their pools", "error", err)
+	}
+	images := &v1alpha1.BaseImageList{}
+	if err := r.kube.List(ctx, images, opts...); err == nil {
+		for i := range images.Items {
+			if b := &images.Items[i]; uses(b) && b.Spec.ForProvider.Pool != "" {
+				set[b.Spec.ForProvider.Pool] = true
+			}
+		}
+	} else {
+		r.log.Debug("Cannot list BaseImages for their pools", "error", err)
+	}
+	out := make([]string, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}

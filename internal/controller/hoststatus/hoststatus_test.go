@@ -1,0 +1,152 @@
+package hoststatus
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/hostconfig"
+)
+
+const secretBytes = "PRIVATE-KEY-MATERIAL-NEVER-SHOWN"
+
+// fakeConns hands out connections or fails.
+type fakeConns struct {
+	err error
+	got []host.Config
+}
+
+func (f *fakeConns) Get(_ context.Context, c host.Config) (*host.Conn, error) {
+	f.got = append(f.got, c)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &host.Conn{}, nil
+}
+
+// recorder keeps the events raised.
+type recorder struct {
+	mu     sync.Mutex
+	events []event.Event
+}
+
+func (r *recorder) Event(_ runtime.Object, e event.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+func (r *recorder) WithAnnotations(...string) event.Recorder { return r }
+
+func cpc(unschedulable bool) *v1alpha1.ClusterProviderConfig {
+	c := &v1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+	c.Spec = v1alpha1.ProviderConfigSpec{Transport: v1alpha1.TransportSSH, Host: "h", Port: 22, User: "root",
+		Credentials:   &v1alpha1.SSHCredentials{SecretRef: v1alpha1.SecretKeySelector{Namespace: "kvm", Name: "key", Key: "id"}},
+		KnownHosts:    &v1alpha1.KnownHosts{SecretRef: v1alpha1.SecretKeySelector{Namespace: "kvm", Name: "key", Key: "known_hosts"}},
+		Defaults:      v1alpha1.HostDefaults{Pool: "default"},
+		Unschedulable: unschedulable}
+	return c
+}
+
+func TestReconcile(t *testing.T) {
+	mismatch := &host.HostKeyError{Reason: host.HostKeyMismatch, Host: "h", Presented: "ssh-ed25519 SHA256:AAA", Known: []string{"ssh-ed25519 SHA256:BBB"}}
+	key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kvm", Name: "key"},
+		Data: map[string][]byte{"id": []byte(secretBytes), "known_hosts": []byte("h ssh-ed25519 AAAA")}}
+	type want struct {
+		result  reconcile.Result
+		reason  xpv2.ConditionReason
+		status  corev1.ConditionStatus
+		domains int32
+		cpus    int32
+		cordon  bool
+		events  []event.Reason
+	}
+	cases := map[string]struct {
+		reason  string
+		objs    []runtime.Object
+		connErr error
+		want    want
+	}{
+		"Ready": {
+			reason: "a host read in full: figures, Ready, next read at the poll",
+			objs:   []runtime.Object{cpc(false), key},
+			want:   want{result: reconcile.Result{RequeueAfter: time.Minute}, reason: ReasonHostReady, status: corev1.ConditionTrue, domains: 2, cpus: 8},
+		},
+		"Cordoned": {
+			reason: "spec.unschedulable is recorded in status, with an event",
+			objs:   []runtime.Object{cpc(true), key},
+			want: want{result: reconcile.Result{RequeueAfter: time.Minute}, reason: ReasonHostReady, status: corev1.ConditionTrue, domains: 2, cpus: 8, cordon: true,
+				events: []event.Reason{ReasonCordoned}},
+		},
+		"HostKeyMismatch": {
+			reason:  "a wrong pinned key: unready with both fingerprints, a warning, read again soon",
+			objs:    []runtime.Object{cpc(false), key},
+			connErr: mismatch,
+			want:    want{result: reconcile.Result{RequeueAfter: 15 * time.Second}, reason: ReasonHostKeyMismatch, status: corev1.ConditionFalse, events: []event.Reason{ReasonBecameUnready}},
+		},
+		"MissingSecret": {
+			reason: "the key's Secret is missing: ConfigError, nothing dialled",
+			objs:   []runtime.Object{cpc(false)},
+			want:   want{result: reconcile.Result{RequeueAfter: 15 * time.Second}, reason: ReasonConfigError, status: corev1.ConditionFalse, events: []event.Reason{ReasonBecameUnready}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := runtime.NewScheme()
+			_ = v1alpha1.SchemeBuilder.AddToScheme(s)
+			_ = corev1.AddToScheme(s)
+			kube := fake.NewClientBuilder().WithScheme(s).WithRuntimeObjects(tc.objs...).WithStatusSubresource(&v1alpha1.ClusterProviderConfig{}).Build()
+			rec := &recorder{}
+			conns := &fakeConns{err: tc.connErr}
+			r := &Reconciler{kube: kube, ops: cpcOps, conns: conns, memo: NewMemo(time.Now, DefaultRecheck), record: rec, log: logging.NewNopLogger(),
+				poll: time.Minute, unreadyPoll: 15 * time.Second, timeout: time.Minute,
+				host: func(*host.Conn, *hostconfig.Resolved) Host { return newFakeHost() }}
+			res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}})
+			if err != nil {
+				t.Fatalf("%s\nReconcile(): %v", tc.reason, err)
+			}
+			got := &v1alpha1.ClusterProviderConfig{}
+			if err := kube.Get(context.Background(), types.NamespacedName{Name: "a"}, got); err != nil {
+				t.Fatal(err)
+			}
+			c := got.Status.GetCondition(xpv2.TypeReady)
+			g := want{result: res, reason: c.Reason, status: c.Status, cordon: got.Status.Unschedulable}
+			if got.Status.Host != nil {
+				g.domains, g.cpus = got.Status.Host.Managed.Domains, got.Status.Host.CPUs
+			}
+			for _, e := range rec.events {
+				g.events = append(g.events, e.Reason)
+			}
+			if diff := cmp.Diff(tc.want, g, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("%s\nReconcile(): -want, +got:\n%s", tc.reason, diff)
+			}
+			if tc.connErr != nil && (!strings.Contains(c.Message, "SHA256:AAA") || !strings.Contains(c.Message, "SHA256:BBB")) {
+				t.Errorf("%s\nmessage %q does not name both fingerprints", tc.reason, c.Message)
+			}
+			// Secrets never reach status or events.
+			b, _ := json.Marshal(got.Status)
+			for _, e := range rec.events {
+				b = append(b, e.Message...)
+			}
+			if strings.Contains(string(b), secretBytes) {
+				t.Errorf("%s\nthe private key reached status or events: %s", tc.reason, b)
+			}
+		})
+	}
+}
