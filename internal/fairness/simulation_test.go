@@ -10,9 +10,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// limiterFunc is the rate limiter a simulation asks: When of a namespace.
-type limiterFunc func(ns string) time.Duration
-
 // arrival is a request of item i at virtual time at; passed: its token was reserved earlier.
 type arrival struct {
 	at     time.Duration

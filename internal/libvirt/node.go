@@ -138,7 +138,7 @@ func domainStat(r golibvirt.DomainStatsRecord) DomainStat {
 			s := golibvirt.DomainState(v)
 			d.Active = s != golibvirt.DomainShutoff && s != golibvirt.DomainNostate && s != golibvirt.DomainCrashed
 		case "vcpu.maximum":
-			d.VCPUs = uint32(v) //nolint:gosec // a vCPU count
+			d.VCPUs = uint32(v)
 		case "balloon.maximum":
 			d.MemoryBytes = v * kibibyte
 		}

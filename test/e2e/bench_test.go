@@ -200,7 +200,7 @@ func (e *env) lanLeaseIP(domain string) string {
 	}
 	// dnsmasq's lease file: EXPIRY MAC IP HOSTNAME CLIENT-ID, one lease a line.
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 3 && strings.ToLower(f[1]) == mac {
+		if f := strings.Fields(l); len(f) >= 3 && strings.EqualFold(f[1], mac) {
 			return f[2]
 		}
 	}

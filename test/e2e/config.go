@@ -97,7 +97,7 @@ type settings map[string]string
 // env.sh is (an "export " prefix and single or double quotes around a value are allowed;
 // blank lines and # comments are skipped).
 func readSettings(path string) (settings, error) {
-	f, err := os.Open(path) //nolint:gosec // the run's own configuration file
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read the e2e configuration: %w", err)
 	}

@@ -368,23 +368,6 @@ func (e *env) install(ctx context.Context) error {
 	return nil
 }
 
-// providerRevision waits for the ProviderRevision of provider-kvm and returns its name.
-func (e *env) providerRevision(ctx context.Context) (string, error) {
-	var rev string
-	err := waitFor(ctx, "a ProviderRevision of provider-kvm", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
-		l := &pkgv1.ProviderRevisionList{}
-		if err := e.c.List(ctx, l, client.MatchingLabels{"pkg.crossplane.io/package": "provider-kvm"}); err != nil {
-			return err
-		}
-		if len(l.Items) == 0 {
-			return errors.New("the package manager has created none (see the core's log)")
-		}
-		rev = l.Items[0].Name
-		return nil
-	})
-	return rev, err
-}
-
 // revisionHealthy waits until the package revision name (a ProviderRevision or a
 // FunctionRevision, per rev's type) is RevisionHealthy.
 func (e *env) revisionHealthy(ctx context.Context, rev interface {

@@ -137,12 +137,6 @@ func serve(cfg config) int {
 	return rc
 }
 
-// httpStatus GETs u (through proxy unless it is nil) and returns the status code, 0 on error.
-func httpStatus(ctx context.Context, proxy *url.URL, u string, timeout time.Duration) int {
-	code, _ := httpGet(ctx, proxy, u, timeout)
-	return code
-}
-
 func httpGet(ctx context.Context, proxy *url.URL, u string, timeout time.Duration) (int, error) {
 	tr := &http.Transport{DisableKeepAlives: true}
 	if proxy != nil {

@@ -9,11 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 )
 
 // xrsLeft lists the Proxies and ProxyClaims of the namespaces and every XProxy.

@@ -11,6 +11,7 @@ package hoststatus
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -202,50 +203,51 @@ func (r *Reconciler) pools(ctx context.Context, namespace string, ref *xpv2.Prov
 		def = "default"
 	}
 	set := map[string]bool{def: true}
-	uses := func(mg interface {
-		GetProviderConfigReference() *xpv2.ProviderConfigReference
-	}) bool {
-		m := mg.GetProviderConfigReference()
-		return m != nil && m.Kind == ref.Kind && m.Name == ref.Name
-	}
 	var opts []client.ListOption
 	if namespace != "" {
 		opts = append(opts, client.InNamespace(namespace))
 	}
-	doms := &v1alpha1.KVMDomainList{}
-	if err := r.kube.List(ctx, doms, opts...); err == nil {
-		for i := range doms.Items {
-			if d := &doms.Items[i]; uses(d) && d.Spec.ForProvider.Pool != "" {
-				set[d.Spec.ForProvider.Pool] = true
+	for _, l := range []client.ObjectList{&v1alpha1.KVMDomainList{}, &v1alpha1.SeedVolumeList{}, &v1alpha1.BaseImageList{}} {
+		if err := r.kube.List(ctx, l, opts...); err != nil {
+			r.log.Debug("Cannot list managed resources for their pools", "list", fmt.Sprintf("%T", l), "error", err)
+			continue
+		}
+		for _, u := range poolUses(l) {
+			if u.ref != nil && u.ref.Kind == ref.Kind && u.ref.Name == ref.Name && u.pool != "" {
+				set[u.pool] = true
 			}
 		}
-	} else {
-		r.log.Debug("Cannot list KVMDomains for their pools", "error", err)
-	}
-	seeds := &v1alpha1.SeedVolumeList{}
-	if err := r.kube.List(ctx, seeds, opts...); err == nil {
-		for i := range seeds.Items {
-			if s := &seeds.Items[i]; uses(s) && s.Spec.ForProvider.Pool != "" {
-				set[s.Spec.ForProvider.Pool] = true
-			}
-		}
-	} else {
-		r.log.Debug("Cannot list SeedVolumes for their pools", "error", err)
-	}
-	images := &v1alpha1.BaseImageList{}
-	if err := r.kube.List(ctx, images, opts...); err == nil {
-		for i := range images.Items {
-			if b := &images.Items[i]; uses(b) && b.Spec.ForProvider.Pool != "" {
-				set[b.Spec.ForProvider.Pool] = true
-			}
-		}
-	} else {
-		r.log.Debug("Cannot list BaseImages for their pools", "error", err)
 	}
 	out := make([]string, 0, len(set))
 	for p := range set {
 		out = append(out, p)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// poolUse is a managed resource's config and the pool it names.
+type poolUse struct {
+	ref  *xpv2.ProviderConfigReference
+	pool string
+}
+
+// poolUses are the configs and pools of the managed resources of a list.
+func poolUses(l client.ObjectList) []poolUse {
+	var out []poolUse
+	switch l := l.(type) {
+	case *v1alpha1.KVMDomainList:
+		for i := range l.Items {
+			out = append(out, poolUse{l.Items[i].GetProviderConfigReference(), l.Items[i].Spec.ForProvider.Pool})
+		}
+	case *v1alpha1.SeedVolumeList:
+		for i := range l.Items {
+			out = append(out, poolUse{l.Items[i].GetProviderConfigReference(), l.Items[i].Spec.ForProvider.Pool})
+		}
+	case *v1alpha1.BaseImageList:
+		for i := range l.Items {
+			out = append(out, poolUse{l.Items[i].GetProviderConfigReference(), l.Items[i].Spec.ForProvider.Pool})
+		}
+	}
 	return out
 }

@@ -111,7 +111,7 @@ func Usage(r Reading) v1alpha1.HostUsage {
 		if d.Active {
 			u.RunningDomains++
 		}
-		u.VCPUs += int32(d.VCPUs) //nolint:gosec // vCPU counts
+		u.VCPUs += int32(d.VCPUs)
 		mem += d.MemoryBytes
 	}
 	for _, p := range r.Pools {
@@ -126,7 +126,7 @@ func Usage(r Reading) v1alpha1.HostUsage {
 
 // quantity is n bytes as a Quantity.
 func quantity(n uint64) *resource.Quantity {
-	return resource.NewQuantity(int64(min(n, 1<<62)), resource.BinarySI) //nolint:gosec // bounded above
+	return resource.NewQuantity(int64(min(n, 1<<62)), resource.BinarySI)
 }
 
 // Figures is the status of the host at address from a successful read at now.

@@ -237,7 +237,7 @@ func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, nam
 		cr.SetConditions(xpv2.Available())
 		return
 	}
-	e.observeProbe(cr, p)
+	e.observeProbe(cr, p) //nolint:contextcheck // the probe runs in the background, beyond this reconcile's context
 }
 
 // inputsChanged reports, in status and once as an event, a BaseImage or SeedVolume that
