@@ -104,6 +104,8 @@ type removeFacts struct {
 	img Image
 	// uid is the caller's UID ("" for Sweep).
 	uid string
+	// namespace of the caller (WithNamespace; "" for Sweep): its disks keep its record.
+	namespace string
 	// others counts the live owners besides the caller (stale records are already deleted).
 	others int
 	// publisherLive tells, once asked (askedPublisher), whether the one owner a volume from
@@ -137,9 +139,12 @@ type removePlan struct {
 	// Kept: other owners remain; only the caller's record goes (DeleteOwn). Nothing else
 	// follows.
 	Kept bool
-	// DeleteOwn: delete the caller's owner record; with Kept, or for an absent image, that is
-	// all.
+	// DeleteOwn: delete the caller's owner record; with Kept or Left, or for an absent image,
+	// that is all.
 	DeleteOwn bool
+	// Left: the caller is the last owner, and only disks of other namespaces use the volume:
+	// its record goes, the volume stays for them (Sweep removes it once unused).
+	Left bool
 	// Done: nothing is left to remove (with DeleteOwn, the caller's record first).
 	Done bool
 	// WriteClaim: write a removing claim before anything is deleted.
@@ -151,21 +156,26 @@ type removePlan struct {
 }
 
 // planRemove decides, without I/O, what Remove does with f.img for the caller f.uid. While
-// other owners remain, only the caller's record goes. An absent image needs only that record
+// other owners remain, only the caller's record goes, unless disks of the caller's namespace
+// use the volume: then its record stays (planOwnDisks). An absent image needs only that record
 // deleted. Data that no record names is never ours; a volume from before shared images is the
 // one owner's its marker names, while that owner exists. A data volume in use (or whose users
-// cannot be ruled out) stays, and so does an upload another process still renews. Otherwise
-// the volume is claimed for removal, unpublished, and deleted.
+// cannot be ruled out) stays, and so does an upload another process still renews; its last
+// owner's record stays too, unless only other namespaces' disks use it (planUsers: the owner
+// leaves). Otherwise the volume is claimed for removal, unpublished, and deleted.
 func planRemove(f removeFacts) (removePlan, error) {
 	img := f.img
 	switch {
 	case f.others > 0:
+		if p, err := planOwnDisks(f); err != nil || p.Need != needNothing {
+			return p, err
+		}
 		return removePlan{Kept: true, DeleteOwn: img.HasOwn}, nil
 	case img.State == StateAbsent:
 		return removePlan{Done: true, DeleteOwn: img.HasOwn}, nil
 	}
 	for _, check := range []func(removeFacts) (removePlan, error){planNotOwner, planUsers, planClaim} {
-		if p, err := check(f); err != nil || p.Need != needNothing {
+		if p, err := check(f); err != nil || p.Need != needNothing || p.Left {
 			return p, err
 		}
 	}
@@ -174,6 +184,27 @@ func planRemove(f removeFacts) (removePlan, error) {
 		Unpublish:  img.HasMarker,
 		Delete:     []string{img.Volume, OwnerName(img.Volume, f.uid), ClaimName(img.Volume)},
 	}, nil
+}
+
+// planOwnDisks keeps the record of a co-owner whose namespace's disks use the volume (or may:
+// a doubt about one of them), so that the volume stays owned by a BaseImage of each namespace
+// that uses it.
+func planOwnDisks(f removeFacts) (removePlan, error) {
+	switch {
+	case !f.img.HasOwn || !f.img.HasData || f.namespace == "":
+		return removePlan{}, nil
+	case f.usage == nil:
+		return removePlan{Need: needUsers}, nil
+	}
+	if v := viewUsage(*f.usage, f.namespace); len(v.OwnUsers) > 0 || len(v.OwnDoubts) > 0 {
+		return removePlan{}, f.inUse()
+	}
+	return removePlan{}, nil
+}
+
+// inUse is the InUseError of f's volume and usage, for f's namespace.
+func (f removeFacts) inUse() error {
+	return &InUseError{Pool: f.img.Pool, Volume: f.img.Volume, Users: f.usage.Users, Doubts: f.usage.Doubts, Namespace: f.namespace}
 }
 
 // planNotOwner refuses a caller without an owner record what it may not remove: data that no
@@ -197,17 +228,24 @@ func planNotOwner(f removeFacts) (removePlan, error) {
 	return removePlan{}, nil
 }
 
-// planUsers keeps a data volume that is in use, or whose users cannot be ruled out.
+// planUsers keeps a data volume that is in use, or whose users cannot be ruled out. Its last
+// owner leaves it (Left) when only other namespaces' disks use it, so that no namespace waits
+// for another's disks; it keeps its record while its own namespace's disks use it, or while a
+// pool cannot be checked.
 func planUsers(f removeFacts) (removePlan, error) {
 	switch {
 	case !f.img.HasData:
 		return removePlan{}, nil
 	case f.usage == nil:
 		return removePlan{Need: needUsers}, nil
-	case f.usage.InUse():
-		return removePlan{}, &InUseError{Pool: f.img.Pool, Volume: f.img.Volume, Users: f.usage.Users, Doubts: f.usage.Doubts}
+	case !f.usage.InUse():
+		return removePlan{}, nil
 	}
-	return removePlan{}, nil
+	if v := viewUsage(*f.usage, f.namespace); f.img.HasOwn && f.namespace != "" &&
+		len(v.OwnUsers) == 0 && len(v.OwnDoubts) == 0 && len(v.HostDoubts) == 0 {
+		return removePlan{Left: true, DeleteOwn: true}, nil
+	}
+	return removePlan{}, f.inUse()
 }
 
 // planClaim keeps an upload or removal another process still renews: that process may

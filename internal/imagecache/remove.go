@@ -26,6 +26,11 @@ type Removal struct {
 	// namespaces).
 	Kept   bool
 	Owners int
+	// Left: the caller was the last owner and only disks of other namespaces use the volume;
+	// its record was removed and the volume left to them (Sweep removes it once unused).
+	// OtherUsers counts those disks (never which they are).
+	Left       bool
+	OtherUsers int
 }
 
 // Remove detaches the BaseImage ownerUID from volume (a name VolumeName returned) and deletes
@@ -71,7 +76,10 @@ func (c *Cache) removeFacts(ctx context.Context, pool, volume, ownerUID string) 
 	if err != nil {
 		return removeFacts{}, err
 	}
-	f := removeFacts{img: img, uid: ownerUID, others: len(others), ourClaim: c.ours(img, ownerUID)}
+	f := removeFacts{img: img, uid: ownerUID, namespace: c.namespace, others: len(others), ourClaim: c.ours(img, ownerUID)}
+	if ownerUID == "" {
+		f.namespace = "" // Sweep owns no disks
+	}
 	return f, nil
 }
 
@@ -107,6 +115,12 @@ func (c *Cache) removeSteps(ctx context.Context, f removeFacts, p removePlan) (R
 	img := f.img
 	if p.Kept || p.Done {
 		return c.detach(ctx, f, p.Kept, f.others)
+	}
+	if p.Left {
+		if _, err := c.detach(ctx, f, false, 0); err != nil {
+			return Removal{}, err
+		}
+		return Removal{Left: true, OtherUsers: viewUsage(*f.usage, f.namespace).OtherUsers}, nil
 	}
 	if p.WriteClaim {
 		if err := c.writeRemovalClaim(ctx, img, f.uid); err != nil {
@@ -201,7 +215,7 @@ func (c *Cache) inUse(ctx context.Context, img Image) error {
 		return err
 	}
 	if u.InUse() {
-		return &InUseError{Pool: img.Pool, Volume: img.Volume, Users: u.Users, Doubts: u.Doubts}
+		return &InUseError{Pool: img.Pool, Volume: img.Volume, Users: u.Users, Doubts: u.Doubts, Namespace: c.namespace}
 	}
 	return nil
 }

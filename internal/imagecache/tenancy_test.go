@@ -1,0 +1,63 @@
+package imagecache
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestInUseMessage: an in-use refusal names the acting namespace's volumes, domains and disks
+// and only counts those of other namespaces: never their names or host paths.
+func TestInUseMessage(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		err    InUseError
+		want   string
+	}{
+		"OwnNamed": {
+			reason: "the namespace's own overlay and domain are named",
+			err:    InUseError{Pool: "p", Volume: "v", Namespace: "team-a", Users: []string{"domain team-a_web disk vda", "volume p/team-a_web-1234abcd.root.qcow2"}},
+			want:   "volume v in pool p is in use by domain team-a_web disk vda, volume p/team-a_web-1234abcd.root.qcow2; it is removed once nothing uses it",
+		},
+		"OthersCounted": {
+			reason: "disks of other namespaces are counted, not named",
+			err:    InUseError{Pool: "p", Volume: "v", Namespace: "team-a", Users: []string{"domain team-b_db disk vda", "volume p/team-b_db-1234abcd.root.qcow2"}},
+			want:   "volume v in pool p is in use by 2 disks of other namespaces; it is removed once nothing uses it",
+		},
+		"PrefixIsNotNamespace": {
+			reason: "team-a does not own team-ab's objects",
+			err:    InUseError{Pool: "p", Volume: "v", Namespace: "team-a", Users: []string{"domain team-ab_db disk vda"}},
+			want:   "volume v in pool p is in use by 1 disk of other namespaces; it is removed once nothing uses it",
+		},
+		"Mixed": {
+			reason: "own named, others counted, in one message",
+			err:    InUseError{Pool: "p", Volume: "v", Namespace: "team-a", Users: []string{"domain team-a_web disk vda", "domain team-b_db disk vda", "domain handmade disk sda"}},
+			want:   "volume v in pool p is in use by domain team-a_web disk vda, 2 disks of other namespaces; it is removed once nothing uses it",
+		},
+		"NoNamespace": {
+			reason: "without a namespace nothing is named",
+			err:    InUseError{Pool: "p", Volume: "v", Users: []string{"domain team-a_web disk vda"}},
+			want:   "volume v in pool p is in use by 1 disk of other namespaces; it is removed once nothing uses it",
+		},
+		"DoubtsOfOthersCounted": {
+			reason: "a doubt about another namespace's disk hides its domain and host path; a pool's doubt is shown",
+			err: InUseError{Pool: "p", Volume: "v", Namespace: "team-a", Doubts: []string{
+				"domain team-b_db disk vda is /srv/team-b/secret.qcow2, which is in no active pool, and libvirt shows no backing chain for it while the domain is not running",
+				"pool cold is inactive, so its volumes cannot be checked (start the pool, or delete it)",
+			}},
+			want: "volume v in pool p is kept: provider-kvm cannot rule out that an overlay backs onto it: pool cold is inactive, so its volumes cannot be checked (start the pool, or delete it); 1 disk of other namespaces cannot be checked; it is removed once that can be checked",
+		},
+		"OwnDoubtNamed": {
+			reason: "a doubt about the namespace's own disk is shown in full",
+			err:    InUseError{Pool: "p", Volume: "v", Namespace: "team-a", Doubts: []string{"domain team-a_web disk vdb is /srv/x.qcow2, which is in no active pool"}},
+			want:   "volume v in pool p is kept: provider-kvm cannot rule out that an overlay backs onto it: domain team-a_web disk vdb is /srv/x.qcow2, which is in no active pool; it is removed once that can be checked",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, tc.err.Error()); diff != "" {
+				t.Errorf("%s\nError(): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
