@@ -100,7 +100,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 			return &connector{
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns,
 				conn:    connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
-				records: ownership.NewRecords(), images: shared.Images, policies: policies,
+				records: ownership.NewRecords(), images: shared.Images, policies: policies, events: events,
 			}
 		},
 	})
@@ -116,6 +116,9 @@ type connector struct {
 	// policies: spec.managementPolicies are honoured (the provider's
 	// --enable-management-policies, as the managed reconciler is told).
 	policies bool
+	// events learns which host each KVMDomain is on, so that only that host's domain events
+	// requeue it (nil: no events).
+	events *domainevents.Watcher
 }
 
 // Host is what the external client needs of a libvirt host; *libvirt.Client is one.
@@ -139,6 +142,9 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 	s, err := c.conn.Connect(ctx, cr)
 	if err != nil {
 		return nil, err
+	}
+	if c.events != nil {
+		c.events.Bind(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, s.Address())
 	}
 	return &external{
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, defaults: s.Defaults, source: s.Source,
