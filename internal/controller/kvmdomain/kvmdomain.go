@@ -17,6 +17,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
@@ -139,6 +140,11 @@ type Host interface {
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.TypedExternalClient[*v1alpha1.KVMDomain], error) {
+	// Admission bounds the name; one admitted before is refused before the host is asked
+	// (nothing of it can be on the host, so its deletion goes on).
+	if err := names.CheckLength(cr.GetNamespace(), cr.GetName()); err != nil && !meta.WasDeleted(cr) {
+		return nil, err
+	}
 	s, err := c.conn.Connect(ctx, cr)
 	if err != nil {
 		return nil, err
