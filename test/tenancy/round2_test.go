@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -303,7 +304,9 @@ func TestSecondRound(t *testing.T) { //nolint:gocyclo // one scenario, step by s
 	// same): its owner record is stale, and team-a is the last owner of a volume team-b's disk
 	// still uses.
 	controlplane.Eventually(t, 30*time.Second, "team-b's BaseImage without finalizer", func() error {
-		if err := kube.Get(ctx, client.ObjectKeyFromObject(bShared), bShared); err != nil {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(bShared), bShared); kerrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
 			return err
 		}
 		bShared.SetFinalizers(nil)
