@@ -85,7 +85,7 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 		if err != nil {
 			return Result{}, err
 		}
-		if img.State == StatePublished && img.Marker != nil && img.Marker.SHA256 == src.SHA256 && needsProof(img, owner.UID) {
+		if img.State == StatePublished && img.Marker != nil && img.Marker.SHA256 == src.SHA256 && needsProof(img, owner) {
 			if finalURL, err = c.prove(ctx, src); err != nil {
 				return Result{}, err
 			}
@@ -129,16 +129,21 @@ const (
 	stepProve
 )
 
-// needsProof is true when img holds, or another BaseImage is uploading, bytes that the
-// BaseImage ownerUID did not download itself: a digest is not possession (decision 47).
-func needsProof(img Image, ownerUID string) bool {
+// needsProof is true when img holds, or another BaseImage is uploading, bytes that a BaseImage
+// of another namespace than owner's downloaded: a digest is not possession (decision 47). Bytes
+// its own namespace downloaded (itself, another of its BaseImages, or the same BaseImage
+// recreated with a new UID, as after a restore from a backup) it may attach to.
+func needsProof(img Image, owner Owner) bool {
+	var by *Record
 	switch {
 	case img.State == StatePublished:
-		return img.Marker == nil || img.Marker.Owner.UID != ownerUID
+		by = img.Marker
 	case img.HasClaim:
-		return img.Claim == nil || img.Claim.Owner.UID != ownerUID
+		by = img.Claim
+	default:
+		return false
 	}
-	return false
+	return by == nil || (by.Owner.UID != owner.UID && (owner.Namespace == "" || by.Owner.Namespace != owner.Namespace))
 }
 
 // prove downloads src from its own URL, within the config's policy and limits, and checks
@@ -190,7 +195,7 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 	switch {
 	case err != nil:
 		return Result{Image: img}, stepDone, err
-	case !proved && (plan.Wait || plan.Reuse) && needsProof(img, owner.UID):
+	case !proved && (plan.Wait || plan.Reuse) && needsProof(img, owner):
 		return Result{Image: img}, stepProve, nil
 	case plan.Wait:
 		return Result{Image: img}, stepWait, nil

@@ -197,6 +197,13 @@ func TestPublish(t *testing.T) {
 			}},
 			want: want{got: got{Downloads: 1, Bytes: rawSize}, err: errors.Wrapf(boom, errUpload, url, vol, tpool)},
 		},
+		"ReuseSameNamespace": {
+			reason: "bytes another BaseImage of the same namespace downloaded (or this one before a restore, with another UID) attach without a download",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, vol, digest, FormatRaw, Owner{UID: "uid-before-restore", Namespace: us.Namespace, Name: us.Name}, rawSize)
+			}},
+			want: want{got: got{Reused: true, State: StatePublished, Names: publishedNames}},
+		},
 		"DigestIsNotPossession": {
 			reason: "a BaseImage that names another's cached digest, with a URL that does not serve those bytes, is refused after hashing its URL, with an upload's mismatch message; nothing changes on the host",
 			args: args{src: Source{URL: url, SHA256: other, Format: FormatRaw}, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
