@@ -205,7 +205,7 @@ func (s ProxySpec) Validate() (Proxy, error) { //nolint:gocyclo // a flat list o
 
 	if s.Probe != nil {
 		if len(s.Probe.URL) > maxURLLen || !reProbeURL.MatchString(s.Probe.URL) {
-			bad("probe.url", "%q is not an http:// URL (the probe fetches it through the proxy)", s.Probe.URL)
+			bad("probe.url", "%q is not an http:// URL (the probe fetches it through the proxy)", shownURL(s.Probe.URL))
 		}
 		st := intOr(s.Probe.ExpectedStatus, DefaultExpectedStatus)
 		if st < minExpectedCode || st > maxExpectedCode {
