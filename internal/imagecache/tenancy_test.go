@@ -61,3 +61,33 @@ func TestInUseMessage(t *testing.T) {
 		})
 	}
 }
+
+// TestNeedsProof: a digest is not possession: bytes a BaseImage of another namespace
+// downloaded (or is uploading) are attached only after hashing the caller's own URL.
+func TestNeedsProof(t *testing.T) {
+	rec := func(o Owner) *Record { return &Record{Owner: o} }
+	restored := Owner{UID: "uid-new", Namespace: us.Namespace, Name: us.Name}
+	cases := map[string]struct {
+		img  Image
+		want bool
+	}{
+		"Absent":                   {img: Image{State: StateAbsent}, want: false},
+		"PublishedByUs":            {img: Image{State: StatePublished, Marker: rec(us)}, want: false},
+		"PublishedBySameNS":        {img: Image{State: StatePublished, Marker: rec(restored)}, want: false},
+		"PublishedByOtherNS":       {img: Image{State: StatePublished, Marker: rec(them)}, want: true},
+		"PublishedUnreadMarker":    {img: Image{State: StatePublished}, want: true},
+		"UploadingByOtherNS":       {img: Image{State: StateDebris, HasClaim: true, Claim: rec(them)}, want: true},
+		"UploadingByUs":            {img: Image{State: StateDebris, HasClaim: true, Claim: rec(us)}, want: false},
+		"UploadingUnreadableClaim": {img: Image{State: StateDebris, HasClaim: true}, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := needsProof(tc.img, us); got != tc.want {
+				t.Errorf("needsProof(...) = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if !needsProof(Image{State: StatePublished, Marker: rec(Owner{UID: "x"})}, Owner{UID: "y"}) {
+		t.Error("an owner without namespace shares nothing by namespace")
+	}
+}
