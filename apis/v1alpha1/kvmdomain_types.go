@@ -297,6 +297,7 @@ type KVMDomainStatus struct {
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,kvm}
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 150",message="metadata.name must be at most 150 characters: the names of its files on the host are derived from namespace (up to 63) and name, and a file name has at most 255 bytes"
 type KVMDomain struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -172,6 +172,9 @@ type ImageSourceRule struct {
 // allow rules; then the built-in denial of loopback, link-local (cloud metadata among them),
 // unspecified and multicast addresses; then, when allow rules exist, anything they do not
 // match is refused. Redirects are checked again, and a redirect from https to http is refused.
+// A namespaced ProviderConfig's policy only narrows the platform's policy for namespaced
+// configs (the provider's --namespaced-image-sources), which also refuses private (RFC 1918),
+// CGNAT, IPv6 ULA and NAT64 addresses; its allow rules lift no built-in denial.
 type ImageSourcePolicy struct {
 	// Allow lists the sources BaseImages may download from. Empty allows any source that no
 	// deny rule and no built-in denial refuses. An allow rule naming a loopback or link-local
@@ -205,6 +208,12 @@ type ImageSourcePolicy struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	StallTimeoutSeconds int32 `json:"stallTimeoutSeconds,omitempty"`
+
+	// RequireSHA256 refuses every BaseImage on this host that does not pin
+	// spec.forProvider.source.sha256. The provider's --require-image-sha256 flag requires it
+	// on every host; a namespaced ProviderConfig can turn it on for itself, never off.
+	// +optional
+	RequireSHA256 bool `json:"requireSHA256,omitempty"`
 }
 
 // A ProviderConfigSpec describes one libvirt host and how to reach it.

@@ -49,6 +49,9 @@ func main() {
 		maxReconcileRate = app.Flag("max-reconcile-rate", "The global maximum rate per second of reconciles, and the number of concurrent reconciles per controller.").Default("10").Int()
 		metricsAddr      = app.Flag("metrics-bind-address", "Address the Prometheus metrics endpoint binds to; 0 disables it.").Default(":8080").String()
 
+		namespacedSources = app.Flag("namespaced-image-sources", "YAML file of an imageSources policy (as in a ClusterProviderConfig's spec.imageSources) that every namespaced ProviderConfig's imageSources only narrow; its allow rules may lift the denial of private ranges for namespaced configs. Empty: namespaced configs may download from public addresses only.").Default("").String()
+		requireSHA256     = app.Flag("require-image-sha256", "Refuse every BaseImage that does not pin spec.forProvider.source.sha256.").Default("false").Bool()
+
 		enableManagementPolicies = app.Flag("enable-management-policies", "Honour spec.managementPolicies (e.g. Observe-only imports).").Default("true").Envar("ENABLE_MANAGEMENT_POLICIES").Bool()
 	)
 	kingpin.MustParse(app.Parse(os.Args[1:]))
@@ -113,6 +116,9 @@ func main() {
 		log.Info("Beta feature enabled", "flag", feature.EnableBetaManagementPolicies)
 	}
 
+	platform, err := platformOf(*namespacedSources, *requireSHA256)
+	kingpin.FatalIfError(err, "Cannot read the platform's image source settings")
+
 	kingpin.FatalIfError(customresourcesgate.Setup(mgr, o), "Cannot set up the CRD gate controller")
 	// One SSH connection per host, shared by every managed resource on it; each connection
 	// also carries the host's domain events to the KVMDomain controller.
@@ -120,7 +126,7 @@ func main() {
 	conns := host.NewConnections(host.WithLogger(log.WithValues("component", "host-connections")), host.WithOnLibvirt(events.Attach))
 	defer conns.Close() //nolint:errcheck // Best effort at exit.
 
-	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events), "Cannot set up provider-kvm controllers")
+	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, platform), "Cannot set up provider-kvm controllers")
 	kingpin.FatalIfError(mgr.Start(ctrl.SetupSignalHandler()), "Cannot start controller manager")
 }
 

@@ -6,6 +6,12 @@
 // each after a reconnect); Attach subscribes on it and forwards events until the connection
 // ends. Then every KVMDomain last seen on that host is requeued: their reconciles reopen the
 // connection, and with it the subscription.
+//
+// Domain names are "<namespace>_<name>" on every host, so a name alone does not tell which
+// KVMDomain an event is about: a team's own host (a namespaced ProviderConfig) could define
+// domains named after another team's KVMDomains and flood them with requeues. An event is
+// therefore forwarded only when it comes from the host its KVMDomain was last connected to
+// (Bind, called by each KVMDomain reconcile).
 package domainevents
 
 import (
@@ -39,12 +45,31 @@ type Watcher struct {
 
 	mu    sync.Mutex
 	known map[string]map[types.NamespacedName]bool // by host address
+	// bound is the host address each KVMDomain's config last resolved to (Bind).
+	bound map[types.NamespacedName]string
 }
 
 // New returns a Watcher.
 func New(log logging.Logger) *Watcher {
 	return &Watcher{log: log, ch: make(chan event.TypedGenericEvent[client.Object], buffer),
-		known: map[string]map[types.NamespacedName]bool{}}
+		known: map[string]map[types.NamespacedName]bool{}, bound: map[types.NamespacedName]string{}}
+}
+
+// Bind records that the KVMDomain nn is on the host at address (as Attach names it: the
+// address of its connection): from then on only that host's events of its domain requeue it.
+// A KVMDomain that was never bound (not reconciled since the provider started, when every
+// KVMDomain is reconciled anyway) is not requeued by events.
+func (w *Watcher) Bind(nn types.NamespacedName, address string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.bound[nn] = address
+}
+
+// on is true when address is the host nn was last bound to.
+func (w *Watcher) on(nn types.NamespacedName, address string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.bound[nn] == address
 }
 
 // Source is the controller-runtime source of the KVMDomain controller's extra requests.
@@ -124,9 +149,9 @@ func (w *Watcher) remember(address, domain string, present bool) (types.Namespac
 	return nn, true
 }
 
-// notify requeues the KVMDomain of domain.
+// notify requeues the KVMDomain of domain, when address is its host.
 func (w *Watcher) notify(address, domain string, present bool) {
-	if nn, ok := w.remember(address, domain, present); ok {
+	if nn, ok := w.remember(address, domain, present); ok && w.on(nn, address) {
 		w.enqueue(nn)
 	}
 }
@@ -137,7 +162,9 @@ func (w *Watcher) lost(address string) {
 	w.mu.Lock()
 	var all []types.NamespacedName
 	for nn := range w.known[address] {
-		all = append(all, nn)
+		if w.bound[nn] == address {
+			all = append(all, nn)
+		}
 	}
 	w.mu.Unlock()
 	for _, nn := range all {

@@ -34,6 +34,9 @@ func TestResource(t *testing.T) {
 
 func TestNotifyAndLost(t *testing.T) {
 	w := New(logging.NewNopLogger())
+	for _, b := range []struct{ ns, name, host string }{{"team-a", "vm", "h1"}, {"team-b", "db", "h2"}, {"team-a", "gone", "h1"}} {
+		w.Bind(types.NamespacedName{Namespace: b.ns, Name: b.name}, b.host)
+	}
 	w.notify("h1", "team-a_vm", true)
 	w.notify("h1", "not-ours", true)
 	w.notify("h2", "team-b_db", true)
@@ -58,5 +61,66 @@ func drain(w *Watcher) []string {
 		default:
 			return out
 		}
+	}
+}
+
+// TestEventsMatchedByHost: a host's events requeue only the KVMDomains bound to that host: a
+// team's own host that defines domains named after another team's KVMDomains requeues nothing.
+func TestEventsMatchedByHost(t *testing.T) {
+	vm := types.NamespacedName{Namespace: "team-a", Name: "vm"}
+	cases := map[string]struct {
+		reason string
+		bind   map[types.NamespacedName]string
+		events []struct{ host, domain string }
+		lost   string
+		want   []string
+	}{
+		"OwnHost": {
+			reason: "an event of the host the KVMDomain is on requeues it",
+			bind:   map[types.NamespacedName]string{vm: "root@shared:22"},
+			events: []struct{ host, domain string }{{"root@shared:22", "team-a_vm"}},
+			want:   []string{"team-a/vm"},
+		},
+		"OtherHost": {
+			reason: "a same-named domain on another host (an attacker's own) requeues nothing",
+			bind:   map[types.NamespacedName]string{vm: "root@shared:22"},
+			events: []struct{ host, domain string }{{"root@team-b-host:22", "team-a_vm"}, {"root@team-b-host:22", "team-a_vm"}},
+			want:   nil,
+		},
+		"OtherHostLost": {
+			reason: "losing the attacker's host does not requeue KVMDomains it named",
+			bind:   map[types.NamespacedName]string{vm: "root@shared:22"},
+			events: []struct{ host, domain string }{{"root@team-b-host:22", "team-a_vm"}},
+			lost:   "root@team-b-host:22",
+			want:   nil,
+		},
+		"Unbound": {
+			reason: "a KVMDomain not reconciled yet is not requeued by events",
+			events: []struct{ host, domain string }{{"root@shared:22", "team-a_vm"}},
+			want:   nil,
+		},
+		"Rebound": {
+			reason: "a KVMDomain moved to another host follows its new host's events only",
+			bind:   map[types.NamespacedName]string{vm: "root@new:22"},
+			events: []struct{ host, domain string }{{"root@old:22", "team-a_vm"}, {"root@new:22", "team-a_vm"}},
+			want:   []string{"team-a/vm"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := New(logging.NewNopLogger())
+			for nn, h := range tc.bind {
+				w.Bind(nn, h)
+			}
+			for _, e := range tc.events {
+				w.notify(e.host, e.domain, true)
+			}
+			if tc.lost != "" {
+				w.lost(tc.lost)
+			}
+			if diff := cmp.Diff(tc.want, drain(w)); diff != "" {
+				t.Errorf("%s\nrequests: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 
@@ -61,6 +62,8 @@ func TestEventsOnRealHost(t *testing.T) {
 	}
 
 	const dom, want = "evtest_vm", "evtest/vm"
+	// The KVMDomain's reconcile binds it to its host: only that host's events requeue it.
+	w.Bind(types.NamespacedName{Namespace: "evtest", Name: "vm"}, tb.HostConfig(t).Address())
 	x := filepath.Join(t.TempDir(), "dom.xml")
 	// No disk: SeaBIOS runs and finds nothing to boot, which is all a lifecycle needs.
 	if err := os.WriteFile(x, []byte("<domain type='qemu'><name>"+dom+"</name><memory unit='MiB'>32</memory><vcpu>1</vcpu>"+

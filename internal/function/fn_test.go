@@ -644,6 +644,8 @@ metadata: {name: web, namespace: team-a}
 	cases := map[string]struct {
 		xr   string
 		want []string // substrings of the fatal message
+		// hidden are substrings the fatal message must not repeat (secrets).
+		hidden []string
 	}{
 		"BadCIDR": {
 			xr:   head + "spec: {image: {baseImageName: deb}, allowedCIDRs: [10.0.0.0/8, 10.0.0.300/8]}",
@@ -703,6 +705,16 @@ metadata: {name: web, namespace: team-a}
 			xr:   head + `spec: {image: {baseImageName: deb}, sshAuthorizedKeys: ["ssh-ed25519 AAAA\nssh-rsa BBBB"]}`,
 			want: []string{"spec.sshAuthorizedKeys[0]: must be a single line"},
 		},
+		"SSHPrivateKeyPEM": {
+			xr:     head + `spec: {image: {baseImageName: deb}, sshAuthorizedKeys: ["ssh-ed25519 AAAAok ops", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQSECRETSECRET\n-----END OPENSSH PRIVATE KEY-----"]}`,
+			want:   []string{"spec.sshAuthorizedKeys[1]: is a private key, which is refused (its value is not repeated here)"},
+			hidden: []string{"SECRETSECRET", "BEGIN OPENSSH"},
+		},
+		"SSHPrivateKeyOneLine": {
+			xr:     head + `spec: {image: {baseImageName: deb}, sshAuthorizedKeys: ["b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQSECRETSECRET"]}`,
+			want:   []string{"spec.sshAuthorizedKeys[0]: is a private key"},
+			hidden: []string{"SECRETSECRET"},
+		},
 		"ProbeHTTPS": {
 			xr:   head + "spec: {image: {baseImageName: deb}, probe: {url: 'https://x.example/'}}",
 			want: []string{"spec.probe.url"},
@@ -751,6 +763,11 @@ spec: {image: {baseImageName: deb}, namespace: team-a}
 			for _, w := range tc.want {
 				if !strings.Contains(f[0], w) {
 					t.Errorf("fatal message %q does not contain %q", f[0], w)
+				}
+			}
+			for _, h := range tc.hidden {
+				if strings.Contains(f[0], h) {
+					t.Errorf("fatal message %q repeats %q", f[0], h)
 				}
 			}
 			if n := len(rsp.GetDesired().GetResources()); n != 0 {

@@ -3,6 +3,7 @@ package function
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"strings"
 	"unicode"
@@ -126,7 +127,7 @@ func (s ProxySpec) Validate() (Proxy, error) { //nolint:gocyclo // a flat list o
 		bad("image", "set either baseImageName (share an existing BaseImage) or url and sha256 (cache a new one)")
 	default:
 		if len(img.URL) > maxURLLen || !reImageURL.MatchString(img.URL) {
-			bad("image.url", "%q is not an http or https URL", img.URL)
+			bad("image.url", "%q is not an http or https URL", shownURL(img.URL))
 		}
 		if !reSHA256.MatchString(img.SHA256) {
 			bad("image.sha256", "must be %d lower-case hex characters, got %q", sha256HexLen, img.SHA256)
@@ -188,17 +189,23 @@ func (s ProxySpec) Validate() (Proxy, error) { //nolint:gocyclo // a flat list o
 		bad("sshAuthorizedKeys", "must list at most %d keys, got %d", maxSSHKeys, len(s.SSHAuthorizedKeys))
 	}
 	for i, k := range s.SSHAuthorizedKeys {
-		if err := singleLine(k, maxSSHKeyLen); err != nil {
-			bad(fmt.Sprintf("sshAuthorizedKeys[%d]", i), "%v", err)
-		} else if strings.TrimSpace(k) == "" {
-			bad(fmt.Sprintf("sshAuthorizedKeys[%d]", i), "must not be empty")
+		// A key's value is never repeated: the message becomes a condition and an event, and
+		// a pasted private key must not be copied into them.
+		field := fmt.Sprintf("sshAuthorizedKeys[%d]", i)
+		switch {
+		case privateKey(k):
+			bad(field, "is a private key, which is refused (its value is not repeated here): paste the public key (the .pub file) instead, and treat this private key as exposed, since it was written into this Proxy's spec")
+		case singleLine(k, maxSSHKeyLen) != nil:
+			bad(field, "must be a single line of at most %d characters without control characters (its value is not repeated here)", maxSSHKeyLen)
+		case strings.TrimSpace(k) == "":
+			bad(field, "must not be empty")
 		}
 	}
 	p.SSHAuthorizedKeys = s.SSHAuthorizedKeys
 
 	if s.Probe != nil {
 		if len(s.Probe.URL) > maxURLLen || !reProbeURL.MatchString(s.Probe.URL) {
-			bad("probe.url", "%q is not an http:// URL (the probe fetches it through the proxy)", s.Probe.URL)
+			bad("probe.url", "%q is not an http:// URL (the probe fetches it through the proxy)", shownURL(s.Probe.URL))
 		}
 		st := intOr(s.Probe.ExpectedStatus, DefaultExpectedStatus)
 		if st < minExpectedCode || st > maxExpectedCode {
@@ -227,6 +234,27 @@ func intOr(v *int64, def int64) int64 {
 
 // singleLine accepts one line of printable text: no line breaks or other control
 // characters (a tab is fine), at most max bytes.
+// shownURL is raw as messages show it: without user info, query or fragment (a pre-signed
+// URL carries its token in the query).
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		s, _, _ := strings.Cut(raw, "?")
+		return s
+	}
+	u.User, u.RawQuery, u.Fragment, u.RawFragment = nil, "", "", ""
+	return u.String()
+}
+
+// privateKey is true when s looks like a private key rather than an authorized_keys line: a
+// PEM or OpenSSH private key block (or any PEM block), a PuTTY key file, or the base64 body of
+// an OpenSSH private key pasted without its armour.
+func privateKey(s string) bool {
+	t := strings.TrimSpace(s)
+	return strings.Contains(t, "PRIVATE KEY") || strings.Contains(t, "-----BEGIN ") ||
+		strings.Contains(t, "PuTTY-User-Key-File") || strings.HasPrefix(t, "b3BlbnNzaC1rZXktdjE")
+}
+
 func singleLine(s string, maxLen int) error {
 	if len(s) > maxLen {
 		return errors.Errorf("must be at most %d characters, got %d", maxLen, len(s))

@@ -66,7 +66,11 @@
 // # Owners
 //
 // Publish adds the caller's owner record, then reuses the published volume, waits for a live
-// owner's upload, or uploads. A BaseImage never reads another's records on its behalf into its
+// owner's upload, or uploads. A digest is not possession: before it reuses (or waits for) bytes
+// a BaseImage of another namespace downloaded, it downloads its own URL and hashes it to the
+// digest (prove; nothing is stored), without its owner record meanwhile, so it is never seen
+// attached before. Messages name the acting namespace's disks and count others'
+// (WithNamespace, InUseError). A BaseImage never reads another's records on its behalf into its
 // status (that shows the digest and sizes of the bytes, and its own URL), and errors never
 // name other BaseImages. With a Liveness (WithLiveness: the controller asks the API server),
 // Publish and Remove delete the owner records of UIDs gone from the cluster: a BaseImage
@@ -79,7 +83,9 @@
 // # Removal
 //
 // Remove detaches the caller: while other (live) owners remain it deletes only the caller's
-// record. The last owner's Remove refuses (IsInUse, keeping its record) while any volume in
+// record, unless disks of the caller's namespace use the volume (then it keeps it, IsInUse).
+// The last owner leaves (Removal.Left: its record goes, the volume stays for Sweep) when only
+// other namespaces' disks use the volume. The last owner's Remove refuses (IsInUse, keeping its record) while any volume in
 // any pool backs onto the data volume or any domain's disk uses it, running or not, whoever
 // defined it; and also while it cannot be sure (Usage.Doubts): an inactive pool (its volumes
 // cannot be listed), a pool it cannot read, a disk that is a volume it cannot resolve, a qcow2

@@ -53,19 +53,33 @@ func IsOwnedByOther(err error) bool {
 }
 
 // InUseError says a base volume cannot be removed because overlays or domains use it, or
-// because that cannot be ruled out (Doubts say why).
+// because that cannot be ruled out (Doubts say why). Its message is for the BaseImage of
+// Namespace: it names that namespace's volumes and domains and counts those of others.
 type InUseError struct {
 	Pool   string
 	Volume string
+	// Users and Doubts as Usage has them; they may name other namespaces' objects, so only
+	// Error's redacted view of them is ever shown.
 	Users  []string
 	Doubts []string
+	// Namespace whose objects the message names; "" names none.
+	Namespace string
 }
 
 func (e *InUseError) Error() string {
+	v := viewUsage(Usage{Users: e.Users, Doubts: e.Doubts}, e.Namespace)
 	if len(e.Users) > 0 {
-		return fmt.Sprintf("volume %s in pool %s is in use by %s; it is removed once nothing uses it", e.Volume, e.Pool, strings.Join(e.Users, ", "))
+		users := v.OwnUsers
+		if v.OtherUsers > 0 {
+			users = append(users[:len(users):len(users)], plural(v.OtherUsers, "disk")+" of other namespaces")
+		}
+		return fmt.Sprintf("volume %s in pool %s is in use by %s; it is removed once nothing uses it", e.Volume, e.Pool, strings.Join(users, ", "))
 	}
-	return fmt.Sprintf("volume %s in pool %s is kept: provider-kvm cannot rule out that an overlay backs onto it: %s; it is removed once that can be checked", e.Volume, e.Pool, strings.Join(e.Doubts, "; "))
+	doubts := append(append([]string{}, v.OwnDoubts...), v.HostDoubts...)
+	if v.OtherDoubts > 0 {
+		doubts = append(doubts, plural(v.OtherDoubts, "disk")+" of other namespaces cannot be checked")
+	}
+	return fmt.Sprintf("volume %s in pool %s is kept: provider-kvm cannot rule out that an overlay backs onto it: %s; it is removed once that can be checked", e.Volume, e.Pool, strings.Join(doubts, "; "))
 }
 
 // ChangedError says an image given without sha256 hashed differently on the download that

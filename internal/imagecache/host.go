@@ -57,6 +57,8 @@ type Cache struct {
 	holder string
 	// overlayPools scopes the in-use scan's doubts (WithOverlayPools); nil: every pool.
 	overlayPools OverlayPools
+	// namespace of the BaseImage acting (WithNamespace).
+	namespace string
 }
 
 // An Option configures a Cache.
@@ -68,6 +70,12 @@ func WithClock(now func() time.Time) Option { return func(c *Cache) { c.now = no
 // WithLiveness lets the Cache delete owner records of BaseImages that no longer exist.
 // Without it, no other owner's record is ever deleted.
 func WithLiveness(l Liveness) Option { return func(c *Cache) { c.alive = l } }
+
+// WithNamespace says which namespace the BaseImage acting through this Cache is in: in-use
+// errors name that namespace's disks and count those of others (InUseError), and its Remove
+// keeps its owner record while that namespace's disks use the volume. Without it, in-use
+// errors name no disk.
+func WithNamespace(ns string) Option { return func(c *Cache) { c.namespace = ns } }
 
 // WithHolder sets the holder name written into claims (default: the Shared's, one per
 // process).

@@ -199,5 +199,9 @@ func (src Source) Validate() error {
 	return nil
 }
 
-// redactURL hides a password in a URL.
+// redactURL hides a password and the query of a URL (imagefetch.RedactURL).
 func redactURL(s string) string { return imagefetch.RedactURL(s) }
+
+// RedactURL is a URL as records, status and messages show it: without password and query
+// (imagefetch.RedactURL).
+func RedactURL(s string) string { return imagefetch.RedactURL(s) }

@@ -104,6 +104,8 @@ type removeFacts struct {
 	img Image
 	// uid is the caller's UID ("" for Sweep).
 	uid string
+	// namespace of the caller (WithNamespace; "" for Sweep): its disks keep its record.
+	namespace string
 	// others counts the live owners besides the caller (stale records are already deleted).
 	others int
 	// publisherLive tells, once asked (askedPublisher), whether the one owner a volume from
@@ -137,16 +139,17 @@ type removePlan struct {
 	// Kept: other owners remain; only the caller's record goes (DeleteOwn). Nothing else
 	// follows.
 	Kept bool
-	// DeleteOwn: delete the caller's owner record; with Kept, or for an absent image, that is
-	// all.
+	// DeleteOwn: delete the caller's owner record; with Kept or Left, or for an absent image,
+	// that is all.
 	DeleteOwn bool
-	// Done: nothing is left to remove (with DeleteOwn, the caller's record first).
-	Done bool
-	// Left: the last owner lets go (DeleteOwn) of a volume nothing is seen to use but whose
-	// users cannot be ruled out (Doubts); the volume stays, published and without owners, for
-	// Sweep to remove once it can be checked. Nothing else follows.
+	// Left: the caller is the last owner and lets go (DeleteOwn) of a volume it may not
+	// delete: only disks of other namespaces use it, or nothing is seen to use it but its
+	// users cannot be ruled out (Doubts). The volume stays, published and without owners, for
+	// Sweep to remove once unused and checkable. Nothing else follows.
 	Left   bool
 	Doubts []string
+	// Done: nothing is left to remove (with DeleteOwn, the caller's record first).
+	Done bool
 	// WriteClaim: write a removing claim before anything is deleted.
 	WriteClaim bool
 	// Unpublish: delete the marker, then look for owners and users again (recheckRemove).
@@ -156,15 +159,20 @@ type removePlan struct {
 }
 
 // planRemove decides, without I/O, what Remove does with f.img for the caller f.uid. While
-// other owners remain, only the caller's record goes. An absent image needs only that record
+// other owners remain, only the caller's record goes, unless disks of the caller's namespace
+// use the volume: then its record stays (planOwnDisks). An absent image needs only that record
 // deleted. Data that no record names is never ours; a volume from before shared images is the
 // one owner's its marker names, while that owner exists. A data volume in use (or whose users
-// cannot be ruled out) stays, and so does an upload another process still renews. Otherwise
-// the volume is claimed for removal, unpublished, and deleted.
+// cannot be ruled out) stays, and so does an upload another process still renews; its last
+// owner's record stays too, unless only other namespaces' disks use it (planUsers: the owner
+// leaves). Otherwise the volume is claimed for removal, unpublished, and deleted.
 func planRemove(f removeFacts) (removePlan, error) {
 	img := f.img
 	switch {
 	case f.others > 0:
+		if p, err := planOwnDisks(f); err != nil || p.Need != needNothing {
+			return p, err
+		}
 		return removePlan{Kept: true, DeleteOwn: img.HasOwn}, nil
 	case img.State == StateAbsent:
 		return removePlan{Done: true, DeleteOwn: img.HasOwn}, nil
@@ -179,6 +187,27 @@ func planRemove(f removeFacts) (removePlan, error) {
 		Unpublish:  img.HasMarker,
 		Delete:     []string{img.Volume, OwnerName(img.Volume, f.uid), ClaimName(img.Volume)},
 	}, nil
+}
+
+// planOwnDisks keeps the record of a co-owner whose namespace's disks use the volume (or may:
+// a doubt about one of them), so that the volume stays owned by a BaseImage of each namespace
+// that uses it.
+func planOwnDisks(f removeFacts) (removePlan, error) {
+	switch {
+	case !f.img.HasOwn || !f.img.HasData || f.namespace == "":
+		return removePlan{}, nil
+	case f.usage == nil:
+		return removePlan{Need: needUsers}, nil
+	}
+	if v := viewUsage(*f.usage, f.namespace); len(v.OwnUsers) > 0 || len(v.OwnDoubts) > 0 {
+		return removePlan{}, f.inUse()
+	}
+	return removePlan{}, nil
+}
+
+// inUse is the InUseError of f's volume and usage, for f's namespace.
+func (f removeFacts) inUse() error {
+	return &InUseError{Pool: f.img.Pool, Volume: f.img.Volume, Users: f.usage.Users, Doubts: f.usage.Doubts, Namespace: f.namespace}
 }
 
 // planNotOwner refuses a caller without an owner record what it may not remove: data that no
@@ -203,21 +232,27 @@ func planNotOwner(f removeFacts) (removePlan, error) {
 }
 
 // planUsers keeps a data volume that is in use, or whose users cannot be ruled out. A
-// BaseImage (not Sweep) that is the last owner of a volume nothing is seen to use lets go of it
-// despite doubts (Left): its deletion does not wait for a pool to come back; the volume waits
-// for Sweep.
+// BaseImage (not Sweep) that is its last owner lets go of it (Left) so that its deletion waits
+// neither for another namespace's disks nor for a pool to come back: when nothing is seen to
+// use the volume and only doubts remain, or when only other namespaces' disks use it. It keeps
+// its record while its own namespace's disks use it (or may), or while disks are in use and a
+// pool cannot be checked (nobody can tell whose disks are in it).
 func planUsers(f removeFacts) (removePlan, error) {
 	switch {
 	case !f.img.HasData:
 		return removePlan{}, nil
 	case f.usage == nil:
 		return removePlan{Need: needUsers}, nil
+	case !f.usage.InUse():
+		return removePlan{}, nil
 	case len(f.usage.Users) == 0 && len(f.usage.Doubts) > 0 && f.uid != "":
 		return removePlan{Left: true, DeleteOwn: f.img.HasOwn, Doubts: f.usage.Doubts}, nil
-	case f.usage.InUse():
-		return removePlan{}, &InUseError{Pool: f.img.Pool, Volume: f.img.Volume, Users: f.usage.Users, Doubts: f.usage.Doubts}
 	}
-	return removePlan{}, nil
+	if v := viewUsage(*f.usage, f.namespace); f.img.HasOwn && f.namespace != "" &&
+		len(v.OwnUsers) == 0 && len(v.OwnDoubts) == 0 && len(v.HostDoubts) == 0 {
+		return removePlan{Left: true, DeleteOwn: true}, nil
+	}
+	return removePlan{}, f.inUse()
 }
 
 // planClaim keeps an upload or removal another process still renews: that process may

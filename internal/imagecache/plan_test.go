@@ -216,6 +216,10 @@ func TestPlanRemove(t *testing.T) {
 	pub := Image{State: StatePublished, Pool: tpool, Volume: vol, HasData: true, HasMarker: true, HasOwn: true, Path: pathA, Owner: us}
 	with := func(img Image, f func(*Image)) Image { f(&img); return img }
 	unused, used := &Usage{}, &Usage{Users: []string{"volume default/vm.root.qcow2"}}
+	ownUsed := &Usage{Users: []string{"volume default/ns-a_vm-1234abcd.root.qcow2", "volume default/ns-b_vm-1234abcd.root.qcow2"}}
+	otherUsed := &Usage{Users: []string{"domain ns-b_vm disk vda", "volume default/ns-b_vm-1234abcd.root.qcow2"}}
+	ownDoubt := &Usage{Doubts: []string{"domain ns-a_vm disk vdb is /srv/x.qcow2, which is in no active pool"}}
+	poolDoubt := &Usage{Users: []string{"domain ns-b_vm disk vda"}, Doubts: []string{"pool cold is inactive, so its volumes cannot be checked (start the pool, or delete it)"}}
 	deleteAll := []string{vol, OwnerName(vol, us.UID), ClaimName(vol)}
 	type want struct {
 		plan removePlan
@@ -295,6 +299,46 @@ func TestPlanRemove(t *testing.T) {
 			reason: "the last owner of an unused volume: claim, unpublish, delete",
 			f:      removeFacts{img: pub, uid: us.UID, usage: unused},
 			want:   want{plan: removePlan{WriteClaim: true, Unpublish: true, Delete: deleteAll}},
+		},
+		"CoOwnerAsksUsers": {
+			reason: "a co-owner that names its namespace finds the users before it detaches",
+			f:      removeFacts{img: pub, uid: us.UID, namespace: "ns-a", others: 1},
+			want:   want{plan: removePlan{Need: needUsers}},
+		},
+		"CoOwnerOwnDisksKeepRecord": {
+			reason: "a co-owner whose namespace's overlay backs onto the volume keeps its record",
+			f:      removeFacts{img: pub, uid: us.UID, namespace: "ns-a", others: 1, usage: ownUsed},
+			want:   want{err: &InUseError{Pool: tpool, Volume: vol, Users: ownUsed.Users, Namespace: "ns-a"}},
+		},
+		"CoOwnerOwnDoubtKeepsRecord": {
+			reason: "a doubt about the namespace's own disk keeps the record too",
+			f:      removeFacts{img: pub, uid: us.UID, namespace: "ns-a", others: 1, usage: ownDoubt},
+			want:   want{err: &InUseError{Pool: tpool, Volume: vol, Doubts: ownDoubt.Doubts, Namespace: "ns-a"}},
+		},
+		"CoOwnerOthersDisksDetach": {
+			reason: "disks of other namespaces do not keep a co-owner",
+			f:      removeFacts{img: pub, uid: us.UID, namespace: "ns-a", others: 1, usage: otherUsed},
+			want:   want{plan: removePlan{Kept: true, DeleteOwn: true}},
+		},
+		"LastOwnerLeaves": {
+			reason: "the last owner of a volume only other namespaces use leaves it to them",
+			f:      removeFacts{img: pub, uid: us.UID, namespace: "ns-a", usage: otherUsed},
+			want:   want{plan: removePlan{Left: true, DeleteOwn: true}},
+		},
+		"LastOwnerOwnDisks": {
+			reason: "the last owner whose namespace's disks use the volume stays",
+			f:      removeFacts{img: pub, uid: us.UID, namespace: "ns-a", usage: ownUsed},
+			want:   want{err: &InUseError{Pool: tpool, Volume: vol, Users: ownUsed.Users, Namespace: "ns-a"}},
+		},
+		"LastOwnerPoolDoubt": {
+			reason: "a pool that cannot be checked keeps the last owner: nobody can tell whose disks are there",
+			f:      removeFacts{img: pub, uid: us.UID, namespace: "ns-a", usage: poolDoubt},
+			want:   want{err: &InUseError{Pool: tpool, Volume: vol, Users: poolDoubt.Users, Doubts: poolDoubt.Doubts, Namespace: "ns-a"}},
+		},
+		"SweepNeverLeaves": {
+			reason: "Sweep owns nothing: a volume in use stays",
+			f:      removeFacts{img: with(pub, func(i *Image) { i.HasOwn = false }), usage: otherUsed},
+			want:   want{err: &InUseError{Pool: tpool, Volume: vol, Users: otherUsed.Users}},
 		},
 		"RemoveDebrisWithoutData": {
 			reason: "a marker without data: no users to find",

@@ -45,7 +45,9 @@ func (r Result) BytesPerSecond() float64 {
 // returns it. The data volume is DigestVolumeName of the image's sha256: one per pool and
 // digest, shared by every BaseImage that asks for those bytes, whatever its URL or namespace.
 // First the owner record of owner is added (OwnerName). If the volume is published with that
-// digest, nothing is downloaded (Result.Reused). If another live owner is uploading it,
+// digest by another BaseImage (or another is uploading it), src.URL is downloaded and hashed
+// first (prove: a digest is not possession), then the volume is attached without an upload
+// (Result.Reused). If another live owner is uploading it,
 // Publish waits for that upload (until ctx ends). Otherwise debris is removed and the image is
 // streamed from src.URL straight into the volume while its sha256 is computed; a digest other
 // than src.SHA256 fails with a *DigestMismatchError and leaves nothing behind. progress may be
@@ -68,6 +70,8 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 	src.Format = src.Format.OrDefault()
 	asked := src
 	finalURL := ""
+	// An unpinned image is hashed from its own URL first: that proves its possession.
+	proved := src.SHA256 == ""
 	if src.SHA256 == "" {
 		sum, fu, err := c.fetch.Digest(ctx, src.URL, src.Format)
 		if err != nil {
@@ -76,8 +80,20 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 		src.SHA256, finalURL = sum, fu
 	}
 	vol := DigestVolumeName(src.SHA256, src.Format)
+	if !proved {
+		img, err := c.lookup(ctx, pool, vol, owner.UID)
+		if err != nil {
+			return Result{}, err
+		}
+		if img.State == StatePublished && img.Marker != nil && img.Marker.SHA256 == src.SHA256 && needsProof(img, owner) {
+			if finalURL, err = c.prove(ctx, src); err != nil {
+				return Result{}, err
+			}
+			proved = true
+		}
+	}
 	for step := 0; ; step++ {
-		res, wait, err := c.publishStep(ctx, pool, vol, src, asked, owner, step == 0, progress)
+		res, next, err := c.publishStep(ctx, pool, vol, src, asked, owner, step == 0, proved, progress)
 		if res.FinalURL == "" {
 			res.FinalURL = finalURL
 		}
@@ -85,31 +101,88 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 		if asked.SHA256 == "" && errors.As(err, &dm) {
 			err = &ChangedError{URL: dm.URL, First: dm.Want, Second: dm.Got}
 		}
-		if !wait {
+		switch {
+		case err != nil || next == stepDone:
 			return res, err
-		}
-		if err := sleep(ctx, c.sh.timing.waitPoll); err != nil {
-			return res, errors.Wrapf(err, errWait, vol)
+		case next == stepProve:
+			if finalURL, err = c.prove(ctx, src); err != nil {
+				return res, err
+			}
+			proved = true
+		default:
+			if err := sleep(ctx, c.sh.timing.waitPoll); err != nil {
+				return res, errors.Wrapf(err, errWait, vol)
+			}
 		}
 	}
 }
 
+// What a publishStep asks Publish to do next.
+type nextStep int
+
+const (
+	stepDone nextStep = iota
+	// stepWait: another owner's upload is in progress; look again after a pause.
+	stepWait
+	// stepProve: the bytes are (being) cached by another BaseImage; download this one's own
+	// URL and hash it before attaching (prove).
+	stepProve
+)
+
+// needsProof is true when img holds, or another BaseImage is uploading, bytes that a BaseImage
+// of another namespace than owner's downloaded: a digest is not possession (decision 50). Bytes
+// its own namespace downloaded (itself, another of its BaseImages, or the same BaseImage
+// recreated with a new UID, as after a restore from a backup) it may attach to.
+func needsProof(img Image, owner Owner) bool {
+	var by *Record
+	switch {
+	case img.State == StatePublished:
+		by = img.Marker
+	case img.HasClaim:
+		by = img.Claim
+	default:
+		return false
+	}
+	return by == nil || (by.Owner.UID != owner.UID && (owner.Namespace == "" || by.Owner.Namespace != owner.Namespace))
+}
+
+// prove downloads src from its own URL, within the config's policy and limits, and checks
+// that its bytes hash to src.SHA256, before the BaseImage attaches to a volume of that digest
+// that another BaseImage cached: knowing a digest does not give access to the image. Nothing
+// is stored; it costs one download of the image, as long as publishing it would have taken
+// without the upload to the host, so "Ready" comes no sooner than for an image nobody cached.
+// A digest that does not match fails like an upload's would (*DigestMismatchError), with no
+// word of what the host holds. It returns the URL the bytes came from.
+func (c *Cache) prove(ctx context.Context, src Source) (string, error) {
+	sum, finalURL, err := c.fetch.Digest(ctx, src.URL, src.Format)
+	if err != nil {
+		return "", err
+	}
+	if sum != src.SHA256 {
+		return "", &DigestMismatchError{URL: redactURL(src.URL), Want: src.SHA256, Got: sum}
+	}
+	return finalURL, nil
+}
+
 // publishStep is one attempt of Publish on the data volume vol of src (which has its digest);
-// asked is the source as the BaseImage gave it. wait tells that another owner's upload is in
-// progress. The base lock is held while records are read and written, not during the upload:
-// the claim protects that. The first step sweeps the volume's stale owner records; the steps
-// of a wait read only the record of the claim's owner.
-func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked Source, owner Owner, sweep bool, progress ProgressFunc) (res Result, wait bool, err error) {
+// asked is the source as the BaseImage gave it; proved tells that src's URL was hashed to its
+// digest by this Publish. next tells that another owner's upload is in progress (stepWait), or
+// that the bytes are another BaseImage's and this one must prove it has them (stepProve: its
+// owner record is removed again, so that it is never seen attached before). The base lock is
+// held while records are read and written, not during the upload: the claim protects that.
+// The first step sweeps the volume's stale owner records; the steps of a wait read only the
+// record of the claim's owner.
+func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked Source, owner Owner, sweep, proved bool, progress ProgressFunc) (res Result, next nextStep, err error) {
 	unlock, err := c.lock(ctx, pool)
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, stepDone, err
 	}
 	defer func() {
 		// A failed attempt does not keep the volume's name owned: its debris (if any) is
 		// claimed, and others waiting for this upload take over once this record is gone.
 		// The next attempt adds it again.
 		// (The controller starts a BaseImage's next attempt only after a cancelled one ended.)
-		if err != nil && res.Image.State != StatePublished {
+		if (err != nil && res.Image.State != StatePublished) || next == stepProve {
 			c.bestEffortDelete(ctx, pool, OwnerName(vol, owner.UID))
 		}
 	}()
@@ -121,25 +194,27 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 	img, plan, err := c.planStep(ctx, pool, vol, src, asked, owner, sweep)
 	switch {
 	case err != nil:
-		return Result{Image: img}, false, err
+		return Result{Image: img}, stepDone, err
+	case !proved && (plan.Wait || plan.Reuse) && needsProof(img, owner):
+		return Result{Image: img}, stepProve, nil
 	case plan.Wait:
-		return Result{Image: img}, true, nil
+		return Result{Image: img}, stepWait, nil
 	case plan.Reuse:
 		if plan.DropClaim && c.lv.DeleteVolume(ctx, pool, ClaimName(vol)) == nil {
 			img.HasClaim, img.Claim = false, nil
 		}
-		return Result{Image: img, Reused: true}, false, nil
+		return Result{Image: img, Reused: true}, stepDone, nil
 	}
 	if err := c.clean(ctx, img, plan); err != nil {
-		return Result{Image: img}, false, err
+		return Result{Image: img}, stepDone, err
 	}
 	cb, err := c.writeUploadClaim(ctx, pool, vol, src, owner)
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, stepDone, err
 	}
 	unlock()
 	res, err = c.uploadClaimed(ctx, pool, vol, src, asked, owner, cb, progress)
-	return res, false, err
+	return res, stepDone, err
 }
 
 // planStep adds owner's record, reads the volume and the owners it needs to know of, and

@@ -19,6 +19,7 @@ func TestPublish(t *testing.T) {
 	digest := sha(data)
 	vol := DigestVolumeName(digest, FormatRaw)
 	other := strings.Repeat("c", 64)
+	otherVol := DigestVolumeName(other, FormatRaw)
 	srv := newRawServer(t, data)
 	url := srv.URL + "/img"
 	pinned := Source{URL: url, SHA256: digest, Format: FormatRaw}
@@ -61,12 +62,12 @@ func TestPublish(t *testing.T) {
 			want:   want{got: got{Bytes: rawSize, State: StatePublished, Downloads: 2, Names: publishedNames}},
 		},
 		"Reuse": {
-			reason: "published with the digest asked for: the owner record is added, nothing is downloaded",
+			reason: "published with the digest asked for by another BaseImage: its own URL is downloaded and hashed (a digest is not possession), nothing is uploaded, the owner record is added",
 			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
 				published(t, h, vol, digest, FormatRaw, them, rawSize)
 				owns(t, h, vol, them)
 			}},
-			want: want{got: got{Reused: true, State: StatePublished, Names: sortedNames(vol, MarkerName(vol), OwnerName(vol, them.UID), OwnerName(vol, us.UID))}},
+			want: want{got: got{Reused: true, State: StatePublished, Downloads: 1, Names: sortedNames(vol, MarkerName(vol), OwnerName(vol, them.UID), OwnerName(vol, us.UID))}},
 		},
 		"ReuseDropsOurClaim": {
 			reason: "a claim of ours left next to the published image is dropped",
@@ -93,7 +94,8 @@ func TestPublish(t *testing.T) {
 				claimed(t, h, vol, them, "other-process", RecordClaimed)
 			}},
 			want: want{
-				got: got{State: StateDebris, Names: sortedNames(ClaimName(vol), OwnerName(vol, us.UID))},
+				// Its own URL is hashed before it waits for another's upload of the digest.
+				got: got{State: StateDebris, Downloads: 1, Names: sortedNames(ClaimName(vol), OwnerName(vol, us.UID))},
 				err: errors.Wrapf(context.DeadlineExceeded, errWait, vol),
 			},
 		},
@@ -106,7 +108,7 @@ func TestPublish(t *testing.T) {
 				owns(t, h, vol, them)
 			}},
 			want: want{
-				got: got{State: StateDebris, Names: sortedNames(ClaimName(vol), OwnerName(vol, them.UID), OwnerName(vol, us.UID))},
+				got: got{State: StateDebris, Downloads: 1, Names: sortedNames(ClaimName(vol), OwnerName(vol, them.UID), OwnerName(vol, us.UID))},
 				err: errors.Wrapf(context.DeadlineExceeded, errWait, vol),
 			},
 		},
@@ -194,6 +196,35 @@ func TestPublish(t *testing.T) {
 				h.Fail = failOn("Upload", vol, boom)
 			}},
 			want: want{got: got{Downloads: 1, Bytes: rawSize}, err: errors.Wrapf(boom, errUpload, url, vol, tpool)},
+		},
+		"ReuseSameNamespace": {
+			reason: "bytes another BaseImage of the same namespace downloaded (or this one before a restore, with another UID) attach without a download",
+			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, vol, digest, FormatRaw, Owner{UID: "uid-before-restore", Namespace: us.Namespace, Name: us.Name}, rawSize)
+			}},
+			want: want{got: got{Reused: true, State: StatePublished, Names: publishedNames}},
+		},
+		"DigestIsNotPossession": {
+			reason: "a BaseImage that names another's cached digest, with a URL that does not serve those bytes, is refused after hashing its URL, with an upload's mismatch message; nothing changes on the host",
+			args: args{src: Source{URL: url, SHA256: other, Format: FormatRaw}, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				published(t, h, otherVol, other, FormatRaw, them, rawSize)
+				owns(t, h, otherVol, them)
+			}},
+			want: want{
+				got: got{Downloads: 1, Names: sortedNames(otherVol, MarkerName(otherVol), OwnerName(otherVol, them.UID))},
+				err: &DigestMismatchError{URL: url, Want: other, Got: digest},
+			},
+		},
+		"DigestIsNotPossessionWhileUploading": {
+			reason: "nor does it wait for another's upload of that digest and attach when it ends",
+			args: args{src: Source{URL: url, SHA256: other, Format: FormatRaw}, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				claimed(t, h, otherVol, them, "other-process", RecordClaimed)
+				owns(t, h, otherVol, them)
+			}},
+			want: want{
+				got: got{Downloads: 1, State: StateDebris, Names: sortedNames(ClaimName(otherVol), OwnerName(otherVol, them.UID))},
+				err: &DigestMismatchError{URL: url, Want: other, Got: digest},
+			},
 		},
 		"NoOwner": {
 			reason: "a publish names its owner",

@@ -26,10 +26,14 @@ type Removal struct {
 	// namespaces).
 	Kept   bool
 	Owners int
-	// Doubts: the caller, the last owner, let go of a volume nothing was seen to use, but
-	// whose users could not be ruled out for these reasons. The volume stays, published and
-	// without owners, and Sweep removes it once it can be checked.
-	Doubts []string
+	// Left: the caller was the last owner and let go of the volume: its record was removed
+	// and the volume stays, published and without owners, for Sweep to remove once unused and
+	// checkable. Either only disks of other namespaces use it (OtherUsers counts them, never
+	// which they are), or nothing was seen to use it but its users could not be ruled out for
+	// these reasons (Doubts).
+	Left       bool
+	OtherUsers int
+	Doubts     []string
 }
 
 // Remove detaches the BaseImage ownerUID from volume (a name VolumeName returned) and deletes
@@ -78,7 +82,10 @@ func (c *Cache) removeFacts(ctx context.Context, pool, volume, ownerUID string) 
 	if err != nil {
 		return removeFacts{}, err
 	}
-	f := removeFacts{img: img, uid: ownerUID, others: len(others), ourClaim: c.ours(img, ownerUID)}
+	f := removeFacts{img: img, uid: ownerUID, namespace: c.namespace, others: len(others), ourClaim: c.ours(img, ownerUID)}
+	if ownerUID == "" {
+		f.namespace = "" // Sweep owns no disks
+	}
 	return f, nil
 }
 
@@ -114,12 +121,14 @@ func (c *Cache) planRemoveWithFacts(ctx context.Context, f *removeFacts) (remove
 // removeSteps runs p: detach, or claim, unpublish, check again and delete.
 func (c *Cache) removeSteps(ctx context.Context, f removeFacts, p removePlan) (Removal, error) {
 	img := f.img
-	if p.Kept || p.Done || p.Left {
-		r, err := c.detach(ctx, f, p.Kept, f.others)
-		if err == nil && p.Left {
-			r.Doubts = p.Doubts
+	if p.Left {
+		if _, err := c.detach(ctx, f, false, 0); err != nil {
+			return Removal{}, err
 		}
-		return r, err
+		return Removal{Left: true, OtherUsers: viewUsage(*f.usage, f.namespace).OtherUsers, Doubts: visibleDoubts(p.Doubts, f.namespace)}, nil
+	}
+	if p.Kept || p.Done {
+		return c.detach(ctx, f, p.Kept, f.others)
 	}
 	if p.WriteClaim {
 		if err := c.writeRemovalClaim(ctx, img, f.uid); err != nil {
@@ -214,7 +223,7 @@ func (c *Cache) inUse(ctx context.Context, img Image) error {
 		return err
 	}
 	if u.InUse() {
-		return &InUseError{Pool: img.Pool, Volume: img.Volume, Users: u.Users, Doubts: u.Doubts}
+		return &InUseError{Pool: img.Pool, Volume: img.Volume, Users: u.Users, Doubts: u.Doubts, Namespace: c.namespace}
 	}
 	return nil
 }

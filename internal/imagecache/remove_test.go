@@ -21,7 +21,9 @@ func TestRemove(t *testing.T) {
 		alive  Liveness
 		// overlayPools, when set, scopes the doubts (WithOverlayPools).
 		overlayPools map[string]bool
-		setup        func(t *testing.T, h *fakestorage.Storage, sh *Shared)
+		// namespace of the caller (WithNamespace).
+		namespace string
+		setup     func(t *testing.T, h *fakestorage.Storage, sh *Shared)
 		// after runs once a volume was deleted (another process acting meanwhile).
 		after func(h *fakestorage.Storage, name string)
 	}
@@ -120,7 +122,7 @@ func TestRemove(t *testing.T) {
 				h.Inactive = []string{"other"}
 			}},
 			want: want{
-				r:     Removal{Doubts: []string{inactive}},
+				r:     Removal{Left: true, Doubts: []string{inactive}},
 				names: sortedNames(volA, MarkerName(volA)),
 			},
 		},
@@ -229,6 +231,47 @@ func TestRemove(t *testing.T) {
 				names: sortedNames(volA, OwnerName(volA, us.UID), "vm.root.qcow2"),
 			},
 		},
+		"CoOwnerKeepsRecordForOwnOverlay": {
+			reason: "a co-owner whose namespace's overlay backs onto the volume keeps its record, naming only its own overlay",
+			args: args{volume: volA, uid: us.UID, namespace: "ns-a", setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				publishedOwned(t, h, them, us)
+				h.PutOverlay(tpool, "ns-a_vm-1234abcd.root.qcow2", pathA)
+				h.PutOverlay(tpool, "ns-b_db-1234abcd.root.qcow2", pathA)
+			}},
+			want: want{
+				err: &InUseError{Pool: tpool, Volume: volA, Namespace: "ns-a",
+					Users: []string{"volume default/ns-a_vm-1234abcd.root.qcow2", "volume default/ns-b_db-1234abcd.root.qcow2"}},
+				names: sortedNames(volA, MarkerName(volA), OwnerName(volA, us.UID), OwnerName(volA, them.UID), "ns-a_vm-1234abcd.root.qcow2", "ns-b_db-1234abcd.root.qcow2"),
+			},
+		},
+		"CoOwnerDetachesFromOthersOverlay": {
+			reason: "another namespace's overlay does not keep a co-owner",
+			args: args{volume: volA, uid: us.UID, namespace: "ns-a", setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				publishedOwned(t, h, them, us)
+				h.PutOverlay(tpool, "ns-b_db-1234abcd.root.qcow2", pathA)
+			}},
+			want: want{r: Removal{Kept: true, Owners: 1}, names: sortedNames(volA, MarkerName(volA), OwnerName(volA, them.UID), "ns-b_db-1234abcd.root.qcow2")},
+		},
+		"LastOwnerLeavesToOthers": {
+			reason: "the last owner of a volume that only another namespace's disks use leaves: its record goes, the volume stays for them",
+			args: args{volume: volA, uid: us.UID, namespace: "ns-a", setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				publishedOwned(t, h, us)
+				h.PutOverlay(tpool, "ns-b_db-1234abcd.root.qcow2", pathA)
+				h.Disks = []libvirt.DomainDisk{{Domain: "ns-b_db", Target: "vda", Path: fakestorage.Path(tpool, "ns-b_db-1234abcd.root.qcow2"), Device: "disk", Format: "qcow2", Backing: false, ChainKnown: true}}
+			}},
+			want: want{r: Removal{Left: true, OtherUsers: 1}, names: sortedNames(volA, MarkerName(volA), "ns-b_db-1234abcd.root.qcow2")},
+		},
+		"LastOwnerOwnOverlay": {
+			reason: "the last owner whose namespace's overlay uses the volume stays",
+			args: args{volume: volA, uid: us.UID, namespace: "ns-a", setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
+				publishedOwned(t, h, us)
+				h.PutOverlay(tpool, "ns-a_vm-1234abcd.root.qcow2", pathA)
+			}},
+			want: want{
+				err:   &InUseError{Pool: tpool, Volume: volA, Namespace: "ns-a", Users: []string{"volume default/ns-a_vm-1234abcd.root.qcow2"}},
+				names: sortedNames(volA, MarkerName(volA), OwnerName(volA, us.UID), "ns-a_vm-1234abcd.root.qcow2"),
+			},
+		},
 		"LookupFails": {
 			reason: "a failed lookup is an error, not a verdict",
 			args: args{volume: volA, uid: us.UID, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
@@ -270,6 +313,9 @@ func TestRemove(t *testing.T) {
 			}
 			if tc.args.overlayPools != nil {
 				opts = append(opts, WithOverlayPools(func(context.Context) (map[string]bool, error) { return tc.args.overlayPools, nil }))
+			}
+			if tc.args.namespace != "" {
+				opts = append(opts, WithNamespace(tc.args.namespace))
 			}
 			r, err := newFakeCache(hh, sh, Downloads{}, opts...).Remove(context.Background(), tpool, tc.args.volume, tc.args.uid)
 			if diff := cmp.Diff(tc.want.err, err, test.EquateErrors()); diff != "" {

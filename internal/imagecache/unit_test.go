@@ -221,8 +221,8 @@ func TestDigestMismatchMessage(t *testing.T) {
 	if c := (&ChangedError{URL: "https://x/a", First: want, Second: got}); IsTerminal(c) || IsDigestMismatch(c) {
 		t.Error("ChangedError is terminal: the server changed the file, a retry may see one version twice")
 	}
-	if u := (&InUseError{Pool: "p", Volume: "v", Users: []string{"volume p/a", "domain d disk vda"}}).Error(); !strings.Contains(u, "volume p/a, domain d disk vda") {
-		t.Errorf("InUseError does not name its users: %s", u)
+	if u := (&InUseError{Pool: "p", Volume: "v", Users: []string{"volume p/ns_a", "domain ns_d disk vda"}, Namespace: "ns"}).Error(); !strings.Contains(u, "volume p/ns_a, domain ns_d disk vda") {
+		t.Errorf("InUseError does not name its own namespace's users: %s", u)
 	}
 	for code, terminal := range map[int]bool{404: true, 403: true, 408: false, 429: false, 500: false, 503: false} {
 		if got := IsTerminal(&HTTPStatusError{StatusCode: code}); got != terminal {

@@ -90,7 +90,7 @@ func newHTTPClient(d Downloads) *http.Client {
 
 // refused is the error of a destination the policy refuses.
 func (g *guard) refused(u *url.URL, addr, rule, from string) *RefusedError {
-	return &RefusedError{URL: u.Redacted(), Addr: addr, Config: g.d.Config, Rule: rule, RedirectFrom: from}
+	return &RefusedError{URL: Redacted(u), Addr: addr, Config: g.d.Config, Rule: rule, RedirectFrom: from}
 }
 
 // checkRedirect refuses a redirect from https to http, more than maxRedirects, and a target
@@ -99,12 +99,12 @@ func (g *guard) checkRedirect(req *http.Request, via []*http.Request) error {
 	from := via[len(via)-1].URL
 	switch {
 	case len(via) >= maxRedirects:
-		return g.refused(req.URL, "", ruleTooMany, from.Redacted())
+		return g.refused(req.URL, "", ruleTooMany, Redacted(from))
 	case strings.EqualFold(from.Scheme, "https") && !strings.EqualFold(req.URL.Scheme, "https"):
-		return g.refused(req.URL, "", ruleHTTPSToHTTP, from.Redacted())
+		return g.refused(req.URL, "", ruleHTTPSToHTTP, Redacted(from))
 	}
 	if dec := g.d.Policy.Check(sourcepolicy.Target{URL: req.URL}); !dec.Allowed {
-		return g.refused(req.URL, "", dec.Rule, from.Redacted())
+		return g.refused(req.URL, "", dec.Rule, Redacted(from))
 	}
 	return nil
 }
@@ -138,7 +138,7 @@ func (g *guard) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel(nil)
 		// The transport's own timeouts (same duration as the timer) may fire first.
 		if errors.Is(cause, errHeaderTimeout) || strings.Contains(err.Error(), headerTimeoutMsg) || strings.Contains(err.Error(), tlsTimeoutMsg) {
-			return nil, &LimitError{URL: req.URL.Redacted(), Config: g.d.Config, Limit: LimitHeaders, Timeout: g.d.Limits.HeaderTimeout}
+			return nil, &LimitError{URL: Redacted(req.URL), Config: g.d.Config, Limit: LimitHeaders, Timeout: g.d.Limits.HeaderTimeout}
 		}
 		return nil, err
 	}

@@ -87,6 +87,8 @@ func (e *RefusedError) Error() string {
 // hint says how to allow what was refused, when allowing it is a matter of policy.
 func (e *RefusedError) hint() string {
 	switch {
+	case strings.HasPrefix(e.Rule, sourcepolicy.PlatformRule):
+		return "A namespaced ProviderConfig cannot allow it: its imageSources only narrow the platform's policy (the provider's " + sourcepolicy.FlagNamespaced + "); ask the platform team, or use a ClusterProviderConfig that allows it"
 	case strings.HasPrefix(e.Rule, sourcepolicy.BuiltIn):
 		ap, err := netip.ParseAddrPort(e.Addr)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 )
@@ -147,6 +148,11 @@ func (f *Fetcher) get(ctx context.Context, rawURL string) (io.ReadCloser, string
 		var le *LimitError
 		if errors.As(err, &le) {
 			return nil, "", 0, le
+		}
+		// net/http's *url.Error names the URL with its query: a pre-signed URL's token.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = RedactURL(ue.URL)
 		}
 		return nil, "", 0, errors.Wrapf(err, errDownload, shownURL)
 	}

@@ -6,7 +6,10 @@
 // by many namespaces. The UID prefix tells a resource from an earlier one of the same name.
 package names
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // uidPrefix is enough of a UID to tell a deleted-and-recreated resource from its predecessor.
 func uidPrefix(uid string) string {
@@ -81,3 +84,25 @@ func Overlay(namespace, name, uid string) string {
 // InstanceID is the default cloud-init instance-id of a SeedVolume: stable for the life of the
 // resource, new for a new resource of the same name.
 func InstanceID(uid string) string { return "i-" + strings.ReplaceAll(uid, "-", "") }
+
+// MaxNamespaceAndName is the longest namespace plus name whose derived names fit a file name
+// (255 bytes) on the host: the longest is a seed content volume's ownership record,
+// "<namespace>_<name>-<8>-<16>.seed.iso.owner", 42 bytes more than namespace and name.
+// Admission bounds metadata.name to 150 characters, which with a namespace of at most 63 fits.
+const MaxNamespaceAndName = 255 - 42
+
+// CheckLength refuses a namespace and name whose derived names would not fit a file name on
+// the host (libvirt would fail with ENAMETOOLONG), for resources admitted before the rule.
+func CheckLength(namespace, name string) error {
+	if n := len(namespace) + len(name); n > MaxNamespaceAndName {
+		return lengthError{n: n}
+	}
+	return nil
+}
+
+type lengthError struct{ n int }
+
+func (e lengthError) Error() string {
+	return "namespace and name together are " + strconv.Itoa(e.n) + " characters, more than the " + strconv.Itoa(MaxNamespaceAndName) +
+		" the names of its files on the host allow (a file name has at most 255 bytes): create it with a shorter name; nothing was made on the host"
+}

@@ -69,3 +69,36 @@ func TestSeedContent(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckLength(t *testing.T) {
+	ns := strings.Repeat("n", 63)
+	cases := map[string]struct {
+		namespace, name string
+		wantErr         bool
+	}{
+		"Short":           {namespace: "team-a", name: "web"},
+		"AdmissionMax":    {namespace: ns, name: strings.Repeat("a", 150)},
+		"TooLong":         {namespace: ns, name: strings.Repeat("a", 151), wantErr: true},
+		"LongNameShortNS": {namespace: "a", name: strings.Repeat("a", 212)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := CheckLength(tc.namespace, tc.name)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("CheckLength(...) = %v, want error: %v", err, tc.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), tc.name) {
+				t.Error("the message repeats the name")
+			}
+			if err == nil {
+				// Every derived name fits a file name.
+				uid := "4b1e6a2c-0000-0000-0000-000000000001"
+				for _, n := range []string{SeedContent(tc.namespace, tc.name, uid, strings.Repeat("a", 64)) + ".owner", Overlay(tc.namespace, tc.name, uid) + ".owner", Domain(tc.namespace, tc.name) + "_VARS.fd"} {
+					if len(n) > 255 {
+						t.Errorf("%s is %d bytes", n, len(n))
+					}
+				}
+			}
+		})
+	}
+}

@@ -18,6 +18,16 @@
 //  4. When allow rules exist, what none of them matches is refused.
 //
 // IPv4-mapped IPv6 addresses (::ffff:127.0.0.1) are treated as the IPv4 address they map.
+//
+// # Namespaced ProviderConfigs
+//
+// A namespaced ProviderConfig is a team's own, so its imageSources can only narrow what the
+// platform allows (Platform, from the provider's flags): Namespaced compiles the platform's
+// policy for namespaced configs with more built-in ranges (RFC 1918, CGNAT 100.64.0.0/10, IPv6
+// ULA fc00::/7, NAT64 64:ff9b::/96 and 64:ff9b:1::/48) and the team's policy under it. A
+// download must pass both: first the platform's (its allow rules may lift the denial of those
+// private ranges, for the addresses they name; loopback and link-local stay refused for every
+// namespaced config), then the team's deny and allow rules, which never lift anything.
 package sourcepolicy
 
 import (
@@ -50,6 +60,9 @@ const (
 	NotAllowed = "not matched by any allow rule"
 	// BuiltIn starts the rule of a destination refused by the built-in denial.
 	BuiltIn = "built-in: "
+	// PlatformRule starts the rule of a destination that the platform's policy for namespaced
+	// ProviderConfigs refuses: a namespaced config cannot allow it.
+	PlatformRule = "the platform's policy for namespaced ProviderConfigs: "
 )
 
 const (
@@ -59,20 +72,46 @@ const (
 	errPort      = "%s: port %d is not between 1 and 65535"
 )
 
-// builtins are the ranges refused unless an allow rule names an address in them.
-var builtins = []struct {
+// A builtin is a range refused unless an allow rule names an address in it.
+type builtin struct {
 	what   string
 	prefix netip.Prefix
-}{
-	{"loopback", netip.MustParsePrefix("127.0.0.0/8")},
-	{"loopback", netip.MustParsePrefix("::1/128")},
-	{"link-local", netip.MustParsePrefix("169.254.0.0/16")},
-	{"link-local", netip.MustParsePrefix("fe80::/10")},
-	{"unspecified", netip.MustParsePrefix("0.0.0.0/32")},
-	{"unspecified", netip.MustParsePrefix("::/128")},
-	{"multicast", netip.MustParsePrefix("224.0.0.0/4")},
-	{"multicast", netip.MustParsePrefix("ff00::/8")},
+	// fixed: no allow rule lifts it (loopback and link-local for namespaced configs).
+	fixed bool
 }
+
+// builtins are the ranges refused for every config unless an allow rule names an address in
+// them.
+var builtins = []builtin{
+	{what: "loopback", prefix: netip.MustParsePrefix("127.0.0.0/8")},
+	{what: "loopback", prefix: netip.MustParsePrefix("::1/128")},
+	{what: "link-local", prefix: netip.MustParsePrefix("169.254.0.0/16")},
+	{what: "link-local", prefix: netip.MustParsePrefix("fe80::/10")},
+	{what: "unspecified", prefix: netip.MustParsePrefix("0.0.0.0/32")},
+	{what: "unspecified", prefix: netip.MustParsePrefix("::/128")},
+	{what: "multicast", prefix: netip.MustParsePrefix("224.0.0.0/4")},
+	{what: "multicast", prefix: netip.MustParsePrefix("ff00::/8")},
+}
+
+// namespacedBuiltins are the ranges refused for namespaced ProviderConfigs: the built-ins,
+// loopback and link-local fixed (the download runs in the provider's pod: its loopback, the
+// node's metadata service), and the private ranges, which only the platform's policy lifts.
+var namespacedBuiltins = func() []builtin {
+	bs := make([]builtin, 0, len(builtins)+7)
+	for _, b := range builtins {
+		b.fixed = b.what == "loopback" || b.what == "link-local"
+		bs = append(bs, b)
+	}
+	return append(bs,
+		builtin{what: "private (RFC 1918)", prefix: netip.MustParsePrefix("10.0.0.0/8")},
+		builtin{what: "private (RFC 1918)", prefix: netip.MustParsePrefix("172.16.0.0/12")},
+		builtin{what: "private (RFC 1918)", prefix: netip.MustParsePrefix("192.168.0.0/16")},
+		builtin{what: "shared address space (CGNAT)", prefix: netip.MustParsePrefix("100.64.0.0/10")},
+		builtin{what: "unique local (IPv6 ULA)", prefix: netip.MustParsePrefix("fc00::/7")},
+		builtin{what: "NAT64", prefix: netip.MustParsePrefix("64:ff9b::/96")},
+		builtin{what: "NAT64 (local use)", prefix: netip.MustParsePrefix("64:ff9b:1::/48")},
+	)
+}()
 
 // metadataAddr is the cloud metadata service of most clouds, inside 169.254.0.0/16.
 var metadataAddr = netip.MustParseAddr("169.254.169.254")
@@ -103,6 +142,11 @@ type Decision struct {
 // the built-in denial applies.
 type Policy struct {
 	allow, deny []rule
+	// builtins refused; nil means the package's builtins (see New). A policy under a platform
+	// policy has none of its own: the platform's decide.
+	builtins []builtin
+	// platform, when set, decides first (Namespaced); this policy only narrows it.
+	platform *Policy
 }
 
 type rule struct {
@@ -126,7 +170,28 @@ type prefixURL struct {
 
 // New compiles p. It fails on a rule that admission should have refused, naming it.
 func New(p v1alpha1.ImageSourcePolicy) (*Policy, error) {
-	pol := &Policy{}
+	return compilePolicy(p, builtins)
+}
+
+// Namespaced compiles the policy of a namespaced ProviderConfig (own) under the platform's
+// policy for namespaced configs (platform, see Platform): a destination must pass the
+// platform's policy, with the namespaced built-in ranges, then own's deny and allow rules.
+// Own's allow rules lift no built-in denial.
+func Namespaced(platform, own v1alpha1.ImageSourcePolicy) (*Policy, error) {
+	pp, err := compilePolicy(platform, namespacedBuiltins)
+	if err != nil {
+		return nil, errors.Wrap(err, "the platform's policy for namespaced ProviderConfigs")
+	}
+	op, err := compilePolicy(own, []builtin{})
+	if err != nil {
+		return nil, err
+	}
+	op.platform = pp
+	return op, nil
+}
+
+func compilePolicy(p v1alpha1.ImageSourcePolicy, bs []builtin) (*Policy, error) {
+	pol := &Policy{builtins: bs}
 	for i, r := range p.Allow {
 		cr, err := compile(fmt.Sprintf("allow[%d]", i), r)
 		if err != nil {
@@ -300,7 +365,7 @@ func (r *rule) lifts(ip netip.Addr, b netip.Prefix) bool {
 }
 
 // Check decides whether the download may go to t.
-func (p *Policy) Check(t Target) Decision { //nolint:gocyclo // the precedence of the policy (deny, allow, built-in, allow-list) read top to bottom, as its doc comment states it
+func (p *Policy) Check(t Target) Decision {
 	d := &dest{u: t.URL, ip: t.IP, port: t.Port}
 	if t.URL != nil {
 		d.host = hostOf(t.URL)
@@ -324,7 +389,21 @@ func (p *Policy) Check(t Target) Decision { //nolint:gocyclo // the precedence o
 	if p == nil {
 		p = &Policy{}
 	}
+	if p.platform != nil {
+		if dec := p.platform.decide(d); !dec.Allowed {
+			dec.Rule = PlatformRule + dec.Rule
+			return dec
+		}
+	}
+	return p.decide(d)
+}
 
+// decide applies p's own rules and built-ins to d (Check's order).
+func (p *Policy) decide(d *dest) Decision { //nolint:gocyclo // the precedence of the policy (deny, allow, built-in, allow-list) read top to bottom, as its doc comment states it
+	bs := p.builtins
+	if bs == nil {
+		bs = builtins
+	}
 	for i := range p.deny {
 		if p.deny[i].match(d) == yes {
 			return Decision{Rule: p.deny[i].name}
@@ -342,12 +421,12 @@ func (p *Policy) Check(t Target) Decision { //nolint:gocyclo // the precedence o
 		}
 	}
 	if d.ip.IsValid() {
-		for _, b := range builtins {
+		for _, b := range bs {
 			if !b.prefix.Contains(d.ip) {
 				continue
 			}
 			for _, r := range matched {
-				if r.lifts(d.ip, b.prefix) {
+				if !b.fixed && r.lifts(d.ip, b.prefix) {
 					return Decision{Allowed: true, Rule: r.name}
 				}
 			}
@@ -358,7 +437,10 @@ func (p *Policy) Check(t Target) Decision { //nolint:gocyclo // the precedence o
 			if d.ip == metadataAddr {
 				why += " (the cloud metadata address)"
 			}
-			if len(matched) > 0 {
+			switch {
+			case b.fixed:
+				why += ", which no rule lifts for a namespaced ProviderConfig"
+			case len(matched) > 0:
 				why += "; " + matched[0].name + " matches but only an allow rule whose cidr names this address lifts the built-in denial"
 			}
 			return Decision{Rule: why}
@@ -406,4 +488,56 @@ func (l Limits) WithDefaults() Limits {
 		l.StallTimeout = DefaultStallTimeoutSeconds * time.Second
 	}
 	return l
+}
+
+// Platform is what the platform team sets for every host config, with the provider's flags
+// (cmd/provider): a namespaced ProviderConfig belongs to a team, so it cannot widen them.
+type Platform struct {
+	// Namespaced is the policy under which every namespaced ProviderConfig's imageSources
+	// apply (see Namespaced). Its limits bound theirs. The zero value allows what the
+	// namespaced built-in denial does not refuse.
+	Namespaced v1alpha1.ImageSourcePolicy
+	// RequireSHA256 refuses every BaseImage that does not pin source.sha256.
+	RequireSHA256 bool
+}
+
+// Flag names of the platform's knobs, as rules name them.
+const (
+	FlagNamespaced    = "--namespaced-image-sources"
+	FlagRequireSHA256 = "--require-image-sha256"
+)
+
+// Compile returns the policy and limits under which BaseImages of a config download: a
+// ClusterProviderConfig's own imageSources; a namespaced ProviderConfig's under
+// pl.Namespaced, each limit the smaller of the two.
+func (pl Platform) Compile(own v1alpha1.ImageSourcePolicy, namespaced bool) (*Policy, Limits, error) {
+	if !namespaced {
+		p, err := New(own)
+		return p, LimitsOf(own), err
+	}
+	p, err := Namespaced(pl.Namespaced, own)
+	if err != nil {
+		return nil, Limits{}, err
+	}
+	a, b := LimitsOf(own), LimitsOf(pl.Namespaced)
+	return p, Limits{
+		MaxBytes:      min(a.MaxBytes, b.MaxBytes),
+		HeaderTimeout: min(a.HeaderTimeout, b.HeaderTimeout),
+		StallTimeout:  min(a.StallTimeout, b.StallTimeout),
+	}, nil
+}
+
+// SHA256Rule names the rule that requires the BaseImages of config to pin source.sha256, or
+// "" when none does: the provider's flag, the platform's policy for namespaced configs, or the
+// config's own imageSources.requireSHA256.
+func (pl Platform) SHA256Rule(own v1alpha1.ImageSourcePolicy, namespaced bool, config string) string {
+	switch {
+	case pl.RequireSHA256:
+		return "the provider's flag " + FlagRequireSHA256
+	case namespaced && pl.Namespaced.RequireSHA256:
+		return "requireSHA256 of the platform's policy for namespaced ProviderConfigs (" + FlagNamespaced + ")"
+	case own.RequireSHA256:
+		return "imageSources.requireSHA256 of " + config
+	}
+	return ""
 }

@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -102,6 +101,7 @@ const (
 	errLiveness   = "cannot list BaseImages to tell stale owner records from live ones"
 	errPolicy     = "cannot use the imageSources of %s"
 	errRetryLater = "cannot publish the image; it is tried again %s after this attempt failed (failed attempts in a row: %d)"
+	errSHA256     = "spec.forProvider.source.sha256 is required by %s: pin the image to the sha256 its publisher gives; nothing was downloaded"
 	msgRetrying   = "publishing the image, attempt %d; the one before failed: %v"
 )
 
@@ -156,7 +156,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, shar
 			return &connector{
 				jobs: js, recorder: rec,
 				conn:  connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
-				alive: listUIDs(mgr.GetAPIReader()), images: shared.Images,
+				alive: listUIDs(mgr.GetAPIReader()), images: shared.Images, platform: shared.Platform,
 				overlayPools: overlayPools(mgr.GetClient()),
 			}
 		},
@@ -196,6 +196,9 @@ type connector struct {
 	images *imagecache.Shared
 	// overlayPools scopes the in-use scan's doubts; nil: every pool counts.
 	overlayPools imagecache.OverlayPools
+	// platform is what the provider's flags set for every config: the policy namespaced
+	// ProviderConfigs narrow, and whether every BaseImage must pin a sha256.
+	platform sourcepolicy.Platform
 }
 
 // uidLister lists the UIDs of every BaseImage in the cluster.
@@ -226,15 +229,25 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	if err != nil {
 		return nil, err
 	}
-	dl, key, err := downloads(s.Source, s.ImageSources)
+	namespaced := namespacedConfig(cr)
+	dl, key, err := downloads(c.platform, s.Source, s.ImageSources, namespaced)
 	if err != nil {
 		return nil, err
 	}
 	dl.Resolver = c.resolver
 	return &external{
 		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, policy: key, now: time.Now,
-		cache: imagecache.New(s.Libvirt(), c.images, dl, imagecache.WithLiveness(rememberAlive(c.alive)), imagecache.WithOverlayPools(c.overlayPools)),
+		requireSHA256: c.platform.SHA256Rule(s.ImageSources, namespaced, s.Source),
+		cache: imagecache.New(s.Libvirt(), c.images, dl, imagecache.WithLiveness(rememberAlive(c.alive)),
+			imagecache.WithOverlayPools(c.overlayPools), imagecache.WithNamespace(cr.GetNamespace())),
 	}, nil
+}
+
+// namespacedConfig is true when cr uses a namespaced ProviderConfig: a team's own, whose
+// imageSources only narrow the platform's (sourcepolicy.Namespaced).
+func namespacedConfig(cr *v1alpha1.BaseImage) bool {
+	ref := cr.GetProviderConfigReference()
+	return ref != nil && ref.Kind == v1alpha1.ProviderConfigKind
 }
 
 // rememberAlive is the Liveness of one Cache's life (a reconcile, or a publish job and its
@@ -261,10 +274,11 @@ func rememberAlive(list uidLister) imagecache.Liveness {
 	}
 }
 
-// downloads compiles the imageSources of config into what the image cache enforces, and a
-// key that changes whenever they change.
-func downloads(config string, p v1alpha1.ImageSourcePolicy) (imagecache.Downloads, string, error) {
-	pol, err := sourcepolicy.New(p)
+// downloads compiles the imageSources of config (under the platform's policy when the config
+// is namespaced) into what the image cache enforces, and a key that changes whenever they
+// change.
+func downloads(pl sourcepolicy.Platform, config string, p v1alpha1.ImageSourcePolicy, namespaced bool) (imagecache.Downloads, string, error) {
+	pol, lim, err := pl.Compile(p, namespaced)
 	if err != nil {
 		return imagecache.Downloads{}, "", errors.Wrapf(err, errPolicy, config)
 	}
@@ -272,7 +286,7 @@ func downloads(config string, p v1alpha1.ImageSourcePolicy) (imagecache.Download
 	if err != nil {
 		return imagecache.Downloads{}, "", errors.Wrapf(err, errPolicy, config)
 	}
-	return imagecache.Downloads{Config: config, Policy: pol, Limits: sourcepolicy.LimitsOf(p)}, string(key), nil
+	return imagecache.Downloads{Config: config, Policy: pol, Limits: lim}, string(key), nil
 }
 
 type external struct {
@@ -282,8 +296,10 @@ type external struct {
 	// policy identifies the imageSources the cache enforces: a job that ran under others
 	// is not this policy's verdict.
 	policy string
-	now    func() time.Time
-	cache  Cache
+	// requireSHA256 names the rule that requires source.sha256 ("": none).
+	requireSHA256 string
+	now           func() time.Time
+	cache         Cache
 }
 
 func source(cr *v1alpha1.BaseImage) imagecache.Source {
@@ -363,6 +379,12 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 	}
 	if meta.WasDeleted(cr) {
 		return e.observeDeleting(ctx, cr, pool)
+	}
+	if e.requireSHA256 != "" && src.SHA256 == "" {
+		// Refused before anything is downloaded; a volume attached before the rule stays.
+		msg := fmt.Sprintf(errSHA256, e.requireSHA256)
+		cr.SetConditions(xpv2.Unavailable().WithMessage(msg))
+		return managed.ExternalObservation{}, errors.New(msg)
 	}
 
 	j := e.jobs.get(cr.GetUID())
@@ -482,14 +504,8 @@ func (e *external) published(cr *v1alpha1.BaseImage, pool string, src imagecache
 	cr.SetConditions(xpv2.Available())
 }
 
-// redact is the URL as records hold it: without password.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return s
-	}
-	return u.Redacted()
-}
+// redact is the URL as records hold it: without password and query.
+func redact(s string) string { return imagecache.RedactURL(s) }
 
 // announce emits the events of a finished publish: throughput of an upload, that the image
 // was attached to a volume already cached, and a warning when it was not verified against an
@@ -500,7 +516,9 @@ func (e *external) announce(cr *v1alpha1.BaseImage, j *job) {
 	}
 	r := j.result
 	if r.Reused {
-		e.recorder.Event(cr, event.Normal(reasonUpload, fmt.Sprintf("Attached to %s, already cached on the host with sha256 %s", r.Image.Volume, sha(r.Image))))
+		// Its own URL was downloaded and hashed; whether another BaseImage had cached the bytes
+		// is not this namespace's to know.
+		e.recorder.Event(cr, event.Normal(reasonUpload, fmt.Sprintf("Published %s: downloaded from its URL and verified, sha256 %s", r.Image.Volume, sha(r.Image))))
 	} else {
 		e.recorder.Event(cr, event.Normal(reasonUpload, fmt.Sprintf("Published %s: %d bytes in %s (%.1f MiB/s), sha256 %s",
 			r.Image.Volume, r.Bytes, r.Duration.Round(time.Millisecond), r.BytesPerSecond()/(1<<20), sha(r.Image))))
@@ -590,6 +608,8 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.BaseImage) (managed.
 			e.recorder.Event(cr, event.Normal(reasonShared, fmt.Sprintf("Detached from %s; it stays cached for %d other BaseImage(s)", pv, r.Owners)))
 		case len(r.Doubts) > 0:
 			e.recorder.Event(cr, event.Warning(reasonLeft, errors.Errorf(msgLeft, pv, strings.Join(r.Doubts, "; "))))
+		case r.Left:
+			e.recorder.Event(cr, event.Normal(reasonShared, fmt.Sprintf("Detached from %s, which %d disk(s) of other namespaces still use; it is removed once unused", pv, r.OtherUsers)))
 		}
 	}
 	if len(held) > 0 {

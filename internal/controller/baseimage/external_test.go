@@ -522,7 +522,7 @@ func TestDelete(t *testing.T) {
 			reason: "the last owner of a volume nothing is seen to use lets go of it despite a doubt: the deletion goes on, the volume waits for the sweep",
 			owned:  []imagecache.Image{published()},
 			remove: func(string, string) (imagecache.Removal, error) {
-				return imagecache.Removal{Doubts: []string{"pool cold is inactive"}}, nil
+				return imagecache.Removal{Left: true, Doubts: []string{"pool cold is inactive"}}, nil
 			},
 			wantGone: []string{"default/" + volume},
 		},

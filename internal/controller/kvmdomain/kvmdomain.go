@@ -18,6 +18,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/meta"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/reconciler/managed"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/resource"
 
@@ -107,7 +108,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 			return &connector{
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns, probes: probes,
 				conn:    connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
-				records: ownership.NewRecords(), images: shared.Images, policies: policies,
+				records: ownership.NewRecords(), images: shared.Images, policies: policies, events: events,
 			}
 		},
 	})
@@ -124,6 +125,9 @@ type connector struct {
 	// policies: spec.managementPolicies are honoured (the provider's
 	// --enable-management-policies, as the managed reconciler is told).
 	policies bool
+	// events learns which host each KVMDomain is on, so that only that host's domain events
+	// requeue it (nil: no events).
+	events *domainevents.Watcher
 }
 
 // Host is what the external client needs of a libvirt host; *libvirt.Client is one.
@@ -144,9 +148,17 @@ type Host interface {
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.TypedExternalClient[*v1alpha1.KVMDomain], error) {
+	// Admission bounds the name; one admitted before is refused before the host is asked
+	// (nothing of it can be on the host, so its deletion goes on).
+	if err := names.CheckLength(cr.GetNamespace(), cr.GetName()); err != nil && !meta.WasDeleted(cr) {
+		return nil, err
+	}
 	s, err := c.conn.Connect(ctx, cr)
 	if err != nil {
 		return nil, err
+	}
+	if c.events != nil {
+		c.events.Bind(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, s.Address())
 	}
 	return &external{
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, probes: c.probes, defaults: s.Defaults, source: s.Source,

@@ -119,6 +119,11 @@ type connector struct {
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.TypedExternalClient[*v1alpha1.SeedVolume], error) {
+	// Admission bounds the name; one admitted before is refused before the host is asked
+	// (nothing of it can be on the host, so its deletion goes on).
+	if err := names.CheckLength(cr.GetNamespace(), cr.GetName()); err != nil && !meta.WasDeleted(cr) {
+		return nil, err
+	}
 	s, err := c.conn.Connect(ctx, cr)
 	if err != nil {
 		return nil, err

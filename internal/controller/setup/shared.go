@@ -3,6 +3,7 @@ package setup
 import (
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 )
 
 // Shared is the state the managed controllers of one provider process share: the libvirt
@@ -13,9 +14,18 @@ import (
 type Shared struct {
 	Libvirt *libvirt.Shared
 	Images  *imagecache.Shared
+	// Platform is what the provider's flags set for every host config (read-only): the image
+	// source policy namespaced ProviderConfigs narrow, and whether BaseImages must pin a
+	// sha256.
+	Platform sourcepolicy.Platform
 }
 
-// NewShared returns the state of one process.
-func NewShared() *Shared {
-	return &Shared{Libvirt: libvirt.NewShared(), Images: imagecache.NewShared()}
+// NewShared returns the state of one process, with the platform's settings pl (at most one;
+// none: the zero Platform).
+func NewShared(pl ...sourcepolicy.Platform) *Shared {
+	s := &Shared{Libvirt: libvirt.NewShared(), Images: imagecache.NewShared()}
+	if len(pl) > 0 {
+		s.Platform = pl[0]
+	}
+	return s
 }
