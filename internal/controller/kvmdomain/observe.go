@@ -123,7 +123,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 		observeNotRunning(cr, d.State)
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
-	e.observeGuest(ctx, cr, name)
+	e.observeGuest(ctx, cr, name, d)
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
 		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
 	}}, nil
@@ -213,22 +213,37 @@ func addressSources(last string) []string {
 
 // observeGuest finds the guest's address and runs the readiness probe. It never waits: what
 // is not there yet is reported, and the next poll looks again.
-func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string) {
+func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) {
 	at := &cr.Status.AtProvider
 	last := at.IPSource
 	at.IPv4, at.IPSource = "", ""
+	addrs := e.addresses(d, at.MACAddress)
+	var ignored error
 	for _, src := range addressSources(last) {
 		ip, err := e.lv.DomainIPv4(ctx, name, at.MACAddress, src)
 		if src == libvirt.SourceAgent {
 			at.GuestAgentConnected = err == nil
 		}
-		if err == nil && ip != "" {
-			at.IPv4, at.IPSource = ip, src
-			break
+		if err != nil || ip == "" {
+			continue
 		}
+		// A guest-reported address outside its network is never probed nor published.
+		if why := addrs.accept(ctx, src, ip); why != nil {
+			ignored = why
+			continue
+		}
+		at.IPv4, at.IPSource = ip, src
+		break
 	}
 	if at.IPv4 == "" {
-		cr.SetConditions(xpv2.Unavailable().WithMessage("running; waiting for the guest's IPv4 address"))
+		msg := "running; waiting for the guest's IPv4 address"
+		if ignored != nil {
+			msg += "; ignored an address: " + ignored.Error()
+			if cr.GetCondition(xpv2.TypeReady).Message != msg {
+				e.recorder.Event(cr, event.Warning(reasonAddressIgnored, ignored))
+			}
+		}
+		cr.SetConditions(xpv2.Unavailable().WithMessage(msg))
 		return
 	}
 	p := cr.Spec.ForProvider.ReadinessProbe
