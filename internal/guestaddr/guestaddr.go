@@ -20,10 +20,10 @@ const (
 )
 
 const (
-	errParse    = "%s reported %q, which is not an IPv4 address"
-	errSpecial  = "%s reported %s, a loopback, link-local, unspecified, multicast or broadcast address"
-	errNoRanges = "%s reported %s, but no address range is known for %s, so an address the guest reports is not used (%s)"
-	errOutside  = "%s reported %s, outside the ranges of %s (%s)"
+	errParse    = "%s reported something that is not an IPv4 address"
+	errSpecial  = "%s reported a loopback, link-local, unspecified, multicast or broadcast address"
+	errNoRanges = "%s reported an address, but no address range is known for %s, so an address the guest reports is not used (%s)"
+	errOutside  = "%s reported an address outside the ranges of %s (%s)"
 )
 
 // Attachment is what a guest's interface is attached to and the ranges its addresses come
@@ -38,28 +38,29 @@ type Attachment struct {
 }
 
 // Accept returns nil when ip, reported by source for a guest attached to a, may be used, else
-// an error saying why it is ignored.
+// an error saying why it is ignored. The error does not hold the address: it goes into the
+// resource's status, where an ignored address never appears.
 func Accept(source, ip string, a Attachment) error {
 	addr, err := netip.ParseAddr(ip)
 	if err != nil || !addr.Unmap().Is4() {
-		return errors.Errorf(errParse, source, ip)
+		return errors.Errorf(errParse, source)
 	}
 	addr = addr.Unmap()
 	if addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsUnspecified() || addr.IsMulticast() || addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return errors.Errorf(errSpecial, source, addr)
+		return errors.Errorf(errSpecial, source)
 	}
 	if source == SourceLease {
 		return nil
 	}
 	if len(a.Ranges) == 0 {
-		return errors.Errorf(errNoRanges, source, addr, a.What, a.Hint)
+		return errors.Errorf(errNoRanges, source, a.What, a.Hint)
 	}
 	for _, r := range a.Ranges {
 		if r.Contains(addr) {
 			return nil
 		}
 	}
-	return errors.Errorf(errOutside, source, addr, a.What, prefixes(a.Ranges))
+	return errors.Errorf(errOutside, source, a.What, prefixes(a.Ranges))
 }
 
 func prefixes(rs []netip.Prefix) string {

@@ -35,22 +35,22 @@ func TestAccept(t *testing.T) {
 		"AgentOutside": {
 			reason: "an agent address outside (another team's network, the management LAN) is ignored",
 			source: SourceAgent, ip: "10.0.0.1", att: nat,
-			want: errors.Errorf(errOutside, SourceAgent, "10.0.0.1", `network "default"`, "192.168.122.0/24"),
+			want: errors.Errorf(errOutside, SourceAgent, `network "default"`, "192.168.122.0/24"),
 		},
 		"AgentNoRanges": {
 			reason: "without a known range no guest-reported address is used",
 			source: SourceAgent, ip: "192.168.50.7", att: bare,
-			want: errors.Errorf(errNoRanges, SourceAgent, "192.168.50.7", `bridge "br0"`, "state them"),
+			want: errors.Errorf(errNoRanges, SourceAgent, `bridge "br0"`, "state them"),
 		},
 		"Metadata": {
 			reason: "link-local (the cloud metadata address) is never used, whatever the source",
 			source: SourceLease, ip: "169.254.169.254", att: nat,
-			want: errors.Errorf(errSpecial, SourceLease, "169.254.169.254"),
+			want: errors.Errorf(errSpecial, SourceLease),
 		},
 		"Loopback": {
 			reason: "nor loopback",
 			source: SourceAgent, ip: "127.0.0.1", att: Attachment{Ranges: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}},
-			want: errors.Errorf(errSpecial, SourceAgent, "127.0.0.1"),
+			want: errors.Errorf(errSpecial, SourceAgent),
 		},
 		"Mapped": {
 			reason: "an IPv4-mapped IPv6 address counts as its IPv4 address",
@@ -59,12 +59,12 @@ func TestAccept(t *testing.T) {
 		"IPv6": {
 			reason: "IPv6 is not an IPv4 address",
 			source: SourceAgent, ip: "fd00::1", att: nat,
-			want: errors.Errorf(errParse, SourceAgent, "fd00::1"),
+			want: errors.Errorf(errParse, SourceAgent),
 		},
 		"Garbage": {
 			reason: "nor is garbage",
 			source: SourceARP, ip: "not-an-ip", att: nat,
-			want: errors.Errorf(errParse, SourceARP, "not-an-ip"),
+			want: errors.Errorf(errParse, SourceARP),
 		},
 	}
 	for name, tc := range cases {

@@ -2,7 +2,9 @@ package kvmdomain
 
 import (
 	"context"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
@@ -120,5 +123,36 @@ func TestCreateGrants(t *testing.T) {
 				t.Errorf("%s\na refused Create made volumes: %v", tc.reason, h.Created)
 			}
 		})
+	}
+}
+
+// events keeps the events it is given.
+type events struct{ got []event.Event }
+
+func (r *events) Event(_ runtime.Object, e event.Event)    { r.got = append(r.got, e) }
+func (r *events) WithAnnotations(...string) event.Recorder { return r }
+
+// TestAddressIgnoredEvent: an ignored address is named in one warning event (not in status),
+// raised again only when what is ignored changes.
+func TestAddressIgnoredEvent(t *testing.T) {
+	h := newFakeHost()
+	withDomain(ourDomain, uid, libvirt.StateRunning)(t, h)
+	h.ip = only(libvirt.SourceAgent, "10.0.0.9", nil)
+	h.ranges = map[string][]netip.Prefix{"default": {netip.MustParsePrefix("192.168.122.0/24")}}
+	rec := &events{}
+	e := newExt(h, false)
+	e.recorder = rec
+	cr := kvm(func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.PowerState = v1alpha1.PowerStateRunning })
+	for range 3 {
+		if _, err := e.Observe(context.Background(), cr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []event.Event{event.Warning(reasonAddressIgnored, errors.New(`ignored 10.0.0.9: agent reported an address outside the ranges of network "default" (192.168.122.0/24)`))}
+	if diff := cmp.Diff(want, rec.got, test.EquateErrors()); diff != "" {
+		t.Errorf("events: -want, +got:\n%s", diff)
+	}
+	if m := cr.GetCondition(xpv2.TypeReady).Message; strings.Contains(m, "10.0.0.9") || cr.Status.AtProvider.IPv4 != "" {
+		t.Errorf("the ignored address is in status: %q, ipv4 %q", m, cr.Status.AtProvider.IPv4)
 	}
 }

@@ -219,6 +219,7 @@ func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, nam
 	at.IPv4, at.IPSource = "", ""
 	addrs := e.addresses(d, at.MACAddress)
 	var ignored error
+	var ignoredIP string
 	for _, src := range addressSources(last) {
 		ip, err := e.lv.DomainIPv4(ctx, name, at.MACAddress, src)
 		if src == libvirt.SourceAgent {
@@ -229,7 +230,7 @@ func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, nam
 		}
 		// A guest-reported address outside its network is never probed nor published.
 		if why := addrs.accept(ctx, src, ip); why != nil {
-			ignored = why
+			ignored, ignoredIP = why, ip
 			continue
 		}
 		at.IPv4, at.IPSource = ip, src
@@ -238,9 +239,10 @@ func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, nam
 	if at.IPv4 == "" {
 		msg := "running; waiting for the guest's IPv4 address"
 		if ignored != nil {
-			msg += "; ignored an address: " + ignored.Error()
+			// The address itself goes into the event only, never into status.
+			msg += "; ignored: " + ignored.Error()
 			if cr.GetCondition(xpv2.TypeReady).Message != msg {
-				e.recorder.Event(cr, event.Warning(reasonAddressIgnored, ignored))
+				e.recorder.Event(cr, event.Warning(reasonAddressIgnored, errors.Wrapf(ignored, "ignored %s", ignoredIP)))
 			}
 		}
 		cr.SetConditions(xpv2.Unavailable().WithMessage(msg))
