@@ -36,7 +36,7 @@ func guestImage(t *testing.T) (string, string) {
 		}
 		t.Skipf("the guest image is missing (make testbed-image): %v", err)
 	}
-	defer f.Close() //nolint:errcheck // read only
+	defer func() { _ = f.Close() }()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ func TestConnectAllowedNamespaces(t *testing.T) {
 	gold := &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
 	nsOf := func(labels map[string]string) test.MockGetFn {
 		return func(_ context.Context, key client.ObjectKey, obj client.Object) error {
-			n := obj.(*corev1.Namespace) //nolint:forcetypeassert // only Namespaces are read from this reader
+			n := obj.(*corev1.Namespace) // only Namespaces are read from this reader
 			n.Name, n.Labels = key.Name, labels
 			return nil
 		}

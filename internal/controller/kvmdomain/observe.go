@@ -211,15 +211,14 @@ func addressSources(last string) []string {
 	return out
 }
 
-// observeGuest finds the guest's address and runs the readiness probe. It never waits: what
-// is not there yet is reported, and the next poll looks again.
-func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) {
+// findAddress asks the address sources in turn and sets status.atProvider's ipv4 and ipSource
+// to the first address that may be used; a guest-reported address outside its network is never
+// used (addressCheck). It returns why the last address not used was ignored, and that address.
+func (e *external) findAddress(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) (ignored error, ignoredIP string) {
 	at := &cr.Status.AtProvider
 	last := at.IPSource
 	at.IPv4, at.IPSource = "", ""
 	addrs := e.addresses(d, at.MACAddress)
-	var ignored error
-	var ignoredIP string
 	for _, src := range addressSources(last) {
 		ip, err := e.lv.DomainIPv4(ctx, name, at.MACAddress, src)
 		if src == libvirt.SourceAgent {
@@ -228,14 +227,21 @@ func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, nam
 		if err != nil || ip == "" {
 			continue
 		}
-		// A guest-reported address outside its network is never probed nor published.
 		if why := addrs.accept(ctx, src, ip); why != nil {
 			ignored, ignoredIP = why, ip
 			continue
 		}
 		at.IPv4, at.IPSource = ip, src
-		break
+		return nil, ""
 	}
+	return ignored, ignoredIP
+}
+
+// observeGuest finds the guest's address and runs the readiness probe. It never waits: what
+// is not there yet is reported, and the next poll looks again.
+func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) {
+	at := &cr.Status.AtProvider
+	ignored, ignoredIP := e.findAddress(ctx, cr, name, d)
 	if at.IPv4 == "" {
 		msg := "running; waiting for the guest's IPv4 address"
 		if ignored != nil {
