@@ -290,8 +290,18 @@ func TestSecondTeamStaysInItsGrants(t *testing.T) {
 		if err := kube.Get(ctx, client.ObjectKey{Name: "team-a-only"}, cpc); err != nil {
 			t.Fatal(err)
 		}
-		cpc.Spec.AllowedNamespaces = &v1alpha1.NamespaceSelection{Names: []string{teamA}}
+		// Admitted by a label on team-a's namespace: the provider reads the Namespace itself.
+		cpc.Spec.AllowedNamespaces = &v1alpha1.NamespaceSelection{Names: []string{"ops"},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"kvm.example.org/team-a-only": "true"}}}
 		if err := kube.Update(ctx, cpc); err != nil {
+			t.Fatal(err)
+		}
+		nsA := &corev1.Namespace{}
+		if err := kube.Get(ctx, client.ObjectKey{Name: teamA}, nsA); err != nil {
+			t.Fatal(err)
+		}
+		nsA.Labels = map[string]string{"kvm.example.org/team-a-only": "true"}
+		if err := kube.Update(ctx, nsA); err != nil {
 			t.Fatal(err)
 		}
 		ref := &xpv2.ProviderConfigReference{Kind: v1alpha1.ClusterProviderConfigKind, Name: "team-a-only"}
