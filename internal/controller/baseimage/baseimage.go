@@ -360,6 +360,10 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 	if meta.WasDeleted(cr) {
 		return e.observeDeleting(ctx, cr, pool)
 	}
+	// A pool the namespace was not granted is not even looked at.
+	if err := e.grant.CheckPool(pool); err != nil {
+		return managed.ExternalObservation{}, err
+	}
 
 	j := e.jobs.get(cr.GetUID())
 	if j != nil && (j.src != src || j.policy != e.policy) {

@@ -19,8 +19,12 @@ func TestCreatePoolNotGranted(t *testing.T) {
 	s := fakestorage.New()
 	e := newExternal(s)
 	sv := cr(func(sv *v1alpha1.SeedVolume) { sv.Spec.ForProvider.Pool = "images" })
-	_, err := e.Create(context.Background(), sv)
 	want := errors.New(`pool "images" is not granted to namespace ns on ClusterProviderConfig/default: a namespace may use the config's defaults and what its spec.attachments grant it (nothing beyond the defaults)`)
+	_, err := e.Observe(context.Background(), sv)
+	if diff := cmp.Diff(want, err, test.EquateErrors()); diff != "" {
+		t.Errorf("Observe(): -want, +got:\n%s", diff)
+	}
+	_, err = e.Create(context.Background(), sv)
 	if diff := cmp.Diff(want, err, test.EquateErrors()); diff != "" {
 		t.Errorf("Create(): -want, +got:\n%s", diff)
 	}

@@ -254,6 +254,10 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 	if deleting {
 		return e.observeDeleting(ctx, cr, t)
 	}
+	// A pool the namespace was not granted is not even looked at.
+	if err := e.grant.CheckPool(t.pool); err != nil {
+		return managed.ExternalObservation{}, err
+	}
 	want, err := e.build(ctx, cr)
 	if err != nil {
 		return managed.ExternalObservation{}, err
