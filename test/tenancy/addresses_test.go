@@ -68,14 +68,9 @@ func TestGuestReportedAddressOutsideItsNetwork(t *testing.T) {
 	}
 	subnet := ip[1][:strings.LastIndex(ip[1], ".")] + ".0/24"
 	grant := func(cidrs ...string) {
-		cpc := &v1alpha1.ClusterProviderConfig{}
-		if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, cpc); err != nil {
-			t.Fatal(err)
-		}
-		cpc.Spec.Attachments = []v1alpha1.AttachmentGrant{{Bridges: []v1alpha1.HostBridge{{Name: br[1], CIDRs: cidrs}}}}
-		if err := kube.Update(ctx, cpc); err != nil {
-			t.Fatal(err)
-		}
+		b.updateConfig(t, "default", func(cpc *v1alpha1.ClusterProviderConfig) {
+			cpc.Spec.Attachments = []v1alpha1.AttachmentGrant{{Bridges: []v1alpha1.HostBridge{{Name: br[1], CIDRs: cidrs}}}}
+		})
 	}
 	grant(subnet)
 

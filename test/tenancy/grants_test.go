@@ -118,6 +118,20 @@ func (b *bed) event(t *testing.T, obj client.Object, want string) {
 	})
 }
 
+// updateConfig changes the ClusterProviderConfig name with fn, again on a conflict (the
+// config controller updates it too).
+func (b *bed) updateConfig(t *testing.T, name string, fn func(*v1alpha1.ClusterProviderConfig)) {
+	t.Helper()
+	controlplane.Eventually(t, 30*time.Second, "update ClusterProviderConfig "+name, func() error {
+		cpc := &v1alpha1.ClusterProviderConfig{}
+		if err := b.kube.Get(context.Background(), client.ObjectKey{Name: name}, cpc); err != nil {
+			return err
+		}
+		fn(cpc)
+		return b.kube.Update(context.Background(), cpc)
+	})
+}
+
 // nothingOf fails when the host has a domain or a pool file whose name starts with prefix.
 func (b *bed) nothingOf(t *testing.T, prefix string) {
 	t.Helper()
@@ -230,19 +244,11 @@ func TestSecondTeamStaysInItsGrants(t *testing.T) {
 	t.Run("GrantedToTheNamespace", func(t *testing.T) {
 		// The platform grants team-b a pool by name: its refusal goes away (the pool does not
 		// exist on the test bed, so the next failure is libvirt's), while team-a is not granted it.
-		cpc := &v1alpha1.ClusterProviderConfig{}
-		if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, cpc); err != nil {
-			t.Fatal(err)
-		}
-		cpc.Spec.Attachments = []v1alpha1.AttachmentGrant{{Namespaces: &v1alpha1.NamespaceSelection{Names: []string{teamB}}, Pools: []string{"images"}}}
-		if err := kube.Update(ctx, cpc); err != nil {
-			t.Fatal(err)
-		}
+		b.updateConfig(t, "default", func(cpc *v1alpha1.ClusterProviderConfig) {
+			cpc.Spec.Attachments = []v1alpha1.AttachmentGrant{{Namespaces: &v1alpha1.NamespaceSelection{Names: []string{teamB}}, Pools: []string{"images"}}}
+		})
 		t.Cleanup(func() {
-			if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, cpc); err == nil {
-				cpc.Spec.Attachments = nil
-				_ = kube.Update(ctx, cpc)
-			}
+			b.updateConfig(t, "default", func(cpc *v1alpha1.ClusterProviderConfig) { cpc.Spec.Attachments = nil })
 		})
 		sv := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: teamB, Name: "granted"}, Spec: v1alpha1.SeedVolumeSpec{
 			ForProvider: v1alpha1.SeedVolumeParameters{UserData: ptr.To("#cloud-config\n"), Pool: "images"}}}
@@ -286,16 +292,11 @@ func TestSecondTeamStaysInItsGrants(t *testing.T) {
 	t.Run("HostNotAdmittingTheNamespace", func(t *testing.T) {
 		// A second ClusterProviderConfig for the same host, admitting team-a only.
 		b.env.HostConfig(t, b.tb, "team-a-only")
-		cpc := &v1alpha1.ClusterProviderConfig{}
-		if err := kube.Get(ctx, client.ObjectKey{Name: "team-a-only"}, cpc); err != nil {
-			t.Fatal(err)
-		}
 		// Admitted by a label on team-a's namespace: the provider reads the Namespace itself.
-		cpc.Spec.AllowedNamespaces = &v1alpha1.NamespaceSelection{Names: []string{"ops"},
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"kvm.example.org/team-a-only": "true"}}}
-		if err := kube.Update(ctx, cpc); err != nil {
-			t.Fatal(err)
-		}
+		b.updateConfig(t, "team-a-only", func(cpc *v1alpha1.ClusterProviderConfig) {
+			cpc.Spec.AllowedNamespaces = &v1alpha1.NamespaceSelection{Names: []string{"ops"},
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"kvm.example.org/team-a-only": "true"}}}
+		})
 		nsA := &corev1.Namespace{}
 		if err := kube.Get(ctx, client.ObjectKey{Name: teamA}, nsA); err != nil {
 			t.Fatal(err)
