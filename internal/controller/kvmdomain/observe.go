@@ -243,6 +243,7 @@ func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, nam
 	at := &cr.Status.AtProvider
 	ignored, ignoredIP := e.findAddress(ctx, cr, name, d)
 	if at.IPv4 == "" {
+		at.Probe = "" // no address, no probe: an earlier result is not this one's
 		msg := "running; waiting for the guest's IPv4 address"
 		if ignored != nil {
 			// The address itself goes into the event only, never into status.
