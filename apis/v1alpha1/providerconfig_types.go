@@ -101,6 +101,85 @@ type HostDefaults struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.-]*$`
 	// +kubebuilder:validation:MaxLength=15
 	Bridge string `json:"bridge,omitempty"`
+
+	// BridgeCIDRs are the IPv4 ranges guests on the default bridge take their addresses from
+	// (the LAN's DHCP range or subnet). An address the guest agent or ARP reports for a guest
+	// on that bridge is used (probed, published) only when it lies in one of them; with none
+	// stated, no such address is used.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4",message="bridgeCIDRs are IPv4 prefixes such as 192.168.50.0/24"
+	// +listType=set
+	BridgeCIDRs []string `json:"bridgeCIDRs,omitempty"`
+}
+
+// A NamespaceSelection picks namespaces by name or by label: a namespace is selected when it
+// is listed in names or matches the selector.
+// +kubebuilder:validation:XValidation:rule="has(self.names) || has(self.selector)",message="name namespaces or select them by label"
+type NamespaceSelection struct {
+	// Names of namespaces.
+	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	// +listType=set
+	Names []string `json:"names,omitempty"`
+
+	// Selector selects namespaces by their labels. An empty selector selects every namespace.
+	// The provider reads the resource's Namespace to match it (it needs get on namespaces).
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// A HostBridge is a host bridge device guests may attach to, and the IPv4 ranges they take
+// their addresses from on it.
+type HostBridge struct {
+	// Name of the bridge device on the host.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.-]*$`
+	// +kubebuilder:validation:MaxLength=15
+	Name string `json:"name"`
+
+	// CIDRs are the IPv4 ranges guests on this bridge take their addresses from. An address
+	// the guest agent or ARP reports outside them is never used (probed, published).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4",message="cidrs are IPv4 prefixes such as 192.168.50.0/24"
+	// +listType=set
+	CIDRs []string `json:"cidrs,omitempty"`
+}
+
+// An AttachmentGrant lets namespaces use libvirt networks, host bridges and storage pools of
+// this host beyond the config's defaults.
+// +kubebuilder:validation:XValidation:rule="has(self.networks) || has(self.bridges) || has(self.pools)",message="a grant names at least one network, bridge or pool"
+type AttachmentGrant struct {
+	// Namespaces the grant applies to. Unset: every namespace that may use this config.
+	// A ProviderConfig serves its own namespace only and must leave it unset.
+	// +optional
+	Namespaces *NamespaceSelection `json:"namespaces,omitempty"`
+
+	// Networks are libvirt networks KVMDomains may attach to.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`
+	// +kubebuilder:validation:items:MaxLength=64
+	// +listType=set
+	Networks []string `json:"networks,omitempty"`
+
+	// Bridges are host bridges KVMDomains may attach to, with their address ranges.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	Bridges []HostBridge `json:"bridges,omitempty"`
+
+	// Pools are storage pools BaseImages, SeedVolumes and KVMDomain overlays may use.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`
+	// +kubebuilder:validation:items:MaxLength=64
+	// +listType=set
+	Pools []string `json:"pools,omitempty"`
 }
 
 // DefaultNetwork is the libvirt network guests attach to when neither the resource nor its
@@ -297,6 +376,20 @@ type ProviderConfigSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	ImageSources ImageSourcePolicy `json:"imageSources,omitempty"`
+
+	// Attachments grant networks, bridges and pools of this host to namespaces. Every
+	// namespace that may use the config may use its defaults (pool, and network or bridge);
+	// anything else a resource names must be granted here, else it is refused before anything
+	// is made on the host. Empty: the defaults only.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Attachments []AttachmentGrant `json:"attachments,omitempty"`
+
+	// AllowedNamespaces are the namespaces whose managed resources may use this
+	// ClusterProviderConfig. Unset: every namespace. A ProviderConfig serves its own namespace
+	// only and must leave it unset.
+	// +optional
+	AllowedNamespaces *NamespaceSelection `json:"allowedNamespaces,omitempty"`
 }
 
 // A ProviderConfigStatus reflects the observed state of a ProviderConfig.
@@ -331,6 +424,8 @@ type ProviderConfigStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.knownHosts) || !has(self.spec.knownHosts.secretRef.__namespace__)",message="a ProviderConfig reads Secrets from its own namespace: omit knownHosts secretRef namespace"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.transport) || self.spec.transport != 'Unix'",message="a ProviderConfig cannot use transport Unix: only a ClusterProviderConfig may reach the libvirt socket of the provider's own host"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.imports) || !has(self.spec.imports.namespaces)",message="a ProviderConfig allows imports in its own namespace only: omit imports.namespaces"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.allowedNamespaces)",message="a ProviderConfig serves its own namespace only: omit allowedNamespaces (a ClusterProviderConfig's field)"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.attachments) || self.spec.attachments.all(g, !has(g.namespaces))",message="a ProviderConfig serves its own namespace only: omit attachments[].namespaces"
 type ProviderConfig struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -41,7 +41,7 @@ for h in $LAN_HOSTS; do
 		  knownHosts: {secretRef: {namespace: crossplane-system, name: testbed-ssh, key: known_hosts}}
 		  libvirtSocket: $LAN_LIBVIRT_SOCKET
 		  uri: $LAN_LIBVIRT_URI
-		  defaults: {domainType: qemu, pool: ${!pool}, bridge: ${!br}}
+		  defaults: {domainType: qemu, pool: ${!pool}, bridge: ${!br}, bridgeCIDRs: ["$LAN_SUBNET"]}
 	YAML
 done
 

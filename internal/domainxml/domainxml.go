@@ -341,3 +341,54 @@ func SeedDisk(domainXML string) (string, error) {
 	x, err := c.Marshal()
 	return x, errors.Wrap(err, errMarshal)
 }
+
+// MACTaken is true when a domain among defs (domain XML documents), other than the one whose
+// ownership mark names uid, has an interface with mac. Domains without our mark count too:
+// a guest must not take the address of any guest on the host.
+func MACTaken(defs []string, mac, uid string) (bool, error) {
+	for _, doc := range defs {
+		d := &libvirtxml.Domain{}
+		if err := d.Unmarshal(doc); err != nil {
+			return false, errors.Wrap(err, errUnmarshal)
+		}
+		if d.Devices == nil {
+			continue
+		}
+		if o, err := OwnerOf(doc); err == nil && o != nil && o.UID == uid {
+			continue
+		}
+		for _, i := range d.Devices.Interfaces {
+			if i.MAC != nil && strings.EqualFold(i.MAC.Address, mac) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// AttachmentOf returns the libvirt network or the host bridge the interface with mac (the
+// first interface when mac is empty) of a domain XML is attached to; both "" when it has none
+// or another kind of interface.
+func AttachmentOf(domainXML, mac string) (network, bridge string, err error) {
+	d := &libvirtxml.Domain{}
+	if err := d.Unmarshal(domainXML); err != nil {
+		return "", "", errors.Wrap(err, errUnmarshal)
+	}
+	if d.Devices == nil {
+		return "", "", nil
+	}
+	for _, i := range d.Devices.Interfaces {
+		if mac != "" && (i.MAC == nil || !strings.EqualFold(i.MAC.Address, mac)) {
+			continue
+		}
+		switch s := i.Source; {
+		case s == nil:
+		case s.Network != nil:
+			return s.Network.Network, "", nil
+		case s.Bridge != nil:
+			return "", s.Bridge.Bridge, nil
+		}
+		return "", "", nil
+	}
+	return "", "", nil
+}

@@ -178,3 +178,70 @@ func TestMACOf(t *testing.T) {
 		t.Error("MACOf(bad XML) = nil error")
 	}
 }
+
+func TestMACTaken(t *testing.T) {
+	dom := func(name, uid, mac string, bridge bool) string {
+		s := Spec{Name: name, Type: "qemu", VCPU: 1, MemoryMiB: 256, Firmware: "bios", RootDisk: Volume{Pool: "p", Name: name + ".qcow2"},
+			Network: "default", MAC: mac, Owner: Owner{UID: uid, Namespace: "ns", Name: name}}
+		if bridge {
+			s.Network, s.Bridge = "", "br0"
+		}
+		x, err := Domain(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	unmarked := `<domain type='kvm'><name>platform-dns</name><devices><interface type='bridge'><mac address='52:54:00:AA:BB:CC'/><source bridge='br0'/></interface></devices></domain>`
+	defs := []string{dom("a", "uid-a", "52:54:00:00:00:01", false), dom("b", "uid-b", "52:54:00:00:00:02", true), unmarked}
+	cases := map[string]struct {
+		reason string
+		mac    string
+		uid    string
+		want   bool
+	}{
+		"Free":         {reason: "an address no domain has is free", mac: "52:54:00:00:00:03", uid: "uid-c"},
+		"Ours":         {reason: "the resource's own domain does not count", mac: "52:54:00:00:00:01", uid: "uid-a"},
+		"Another":      {reason: "another resource's domain has it", mac: "52:54:00:00:00:02", uid: "uid-c", want: true},
+		"UnmarkedCase": {reason: "a domain the provider does not manage counts too, whatever the case", mac: "52:54:00:aa:bb:cc", uid: "uid-c", want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := MACTaken(defs, tc.mac, tc.uid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("%s: MACTaken() = %v, want %v", tc.reason, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAttachmentOf(t *testing.T) {
+	x := `<domain type='kvm'><name>d</name><devices>` +
+		`<interface type='network'><mac address='52:54:00:00:00:01'/><source network='default' bridge='virbr0'/></interface>` +
+		`<interface type='bridge'><mac address='52:54:00:00:00:02'/><source bridge='br0'/></interface>` +
+		`<interface type='user'><mac address='52:54:00:00:00:03'/></interface></devices></domain>`
+	cases := map[string]struct {
+		mac             string
+		network, bridge string
+	}{
+		"First":   {network: "default"},
+		"Network": {mac: "52:54:00:00:00:01", network: "default"},
+		"Bridge":  {mac: "52:54:00:00:00:02", bridge: "br0"},
+		"Other":   {mac: "52:54:00:00:00:03"},
+		"None":    {mac: "52:54:00:00:00:09"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			n, b, err := AttachmentOf(x, tc.mac)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != tc.network || b != tc.bridge {
+				t.Errorf("AttachmentOf() = %q, %q, want %q, %q", n, b, tc.network, tc.bridge)
+			}
+		})
+	}
+}

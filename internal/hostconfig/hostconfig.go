@@ -52,6 +52,12 @@ type Resolved struct {
 	Source string
 	// Imports is the config's import policy (see ImportsAllowed).
 	Imports v1alpha1.ImportPolicy
+	// Attachments grant networks, bridges and pools beyond the defaults (internal/hostgrants).
+	Attachments []v1alpha1.AttachmentGrant
+	// AllowedNamespaces of a ClusterProviderConfig; nil: every namespace.
+	AllowedNamespaces *v1alpha1.NamespaceSelection
+	// Namespaced is true for a ProviderConfig, which serves its own namespace only.
+	Namespaced bool
 }
 
 // ImportsAllowed is true when the config lets resources in namespace import existing objects.
@@ -129,6 +135,12 @@ func ResolveRef(ctx context.Context, c client.Reader, namespace string, ref *xpv
 		Defaults:     spec.Defaults,
 		ImageSources: spec.ImageSources,
 		Source:       source,
+		Attachments:  spec.Attachments,
+		Namespaced:   ref.Kind == v1alpha1.ProviderConfigKind,
+	}
+	if !r.Namespaced {
+		// Admission rejects it in a ProviderConfig, which serves its own namespace only.
+		r.AllowedNamespaces = spec.AllowedNamespaces
 	}
 	if spec.Imports != nil {
 		r.Imports = *spec.Imports

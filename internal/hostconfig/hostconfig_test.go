@@ -132,7 +132,7 @@ func TestResolve(t *testing.T) {
 				{Namespace: "team-a", Name: "ssh"}:   secret("team-a", "ssh", allKeys),
 			},
 			mg:   domain("ProviderConfig", "local"),
-			want: &Resolved{Host: wantHost, Defaults: pc.Spec.Defaults, Source: "ProviderConfig/local"},
+			want: &Resolved{Host: wantHost, Defaults: pc.Spec.Defaults, Source: "ProviderConfig/local", Namespaced: true},
 		},
 		"ProviderConfigCannotReadOtherNamespace": {
 			store: objects{

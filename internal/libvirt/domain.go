@@ -321,3 +321,28 @@ func uuidString(u golibvirt.UUID) string {
 	}
 	return string(b)
 }
+
+// DomainDefinitions returns the definition of every domain on the host, running or defined
+// (the live one of a running domain): one RPC, and one more per domain. A domain that goes
+// away meanwhile is left out.
+func (c *Client) DomainDefinitions(ctx context.Context) ([]string, error) {
+	var out []string
+	err := c.do(ctx, func(l rpc) error {
+		doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
+		if err != nil {
+			return err
+		}
+		for _, d := range doms {
+			doc, err := l.DomainGetXMLDesc(d, 0)
+			if IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, doc)
+		}
+		return nil
+	})
+	return out, errors.Wrapf(err, errListDomains, c.conn.Address())
+}

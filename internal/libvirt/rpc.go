@@ -304,3 +304,19 @@ func (r rpc) DomainUpdateDeviceFlags(dom golibvirt.Domain, xml string, flags gol
 	}
 	return r.l.DomainUpdateDeviceFlags(dom, xml, flags)
 }
+
+// NetworkLookupByName is go-libvirt's NetworkLookupByName, counted.
+func (r rpc) NetworkLookupByName(name string) (golibvirt.Network, error) {
+	if err := r.send("NetworkLookupByName"); err != nil {
+		return golibvirt.Network{}, err
+	}
+	return r.l.NetworkLookupByName(name)
+}
+
+// NetworkGetXMLDesc is go-libvirt's NetworkGetXMLDesc, counted.
+func (r rpc) NetworkGetXMLDesc(n golibvirt.Network, flags uint32) (string, error) {
+	if err := r.send("NetworkGetXMLDesc"); err != nil {
+		return "", err
+	}
+	return r.l.NetworkGetXMLDesc(n, flags)
+}

@@ -98,10 +98,126 @@ spec:
   transport: Unix
   imageSources: {stallTimeoutSeconds: 0}
 `, "spec.imageSources.stallTimeoutSeconds"},
+		"NamespacedConfigAllowedNamespaces": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ProviderConfig
+metadata: {name: bad, namespace: admission}
+spec:
+  host: 10.0.0.5
+  credentials: {secretRef: {name: ssh, key: key}}
+  knownHosts: {secretRef: {name: ssh, key: known_hosts}}
+  allowedNamespaces: {names: [team-b]}
+`, "a ProviderConfig serves its own namespace only: omit allowedNamespaces"},
+		"NamespacedConfigGrantToOtherNamespaces": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ProviderConfig
+metadata: {name: bad, namespace: admission}
+spec:
+  host: 10.0.0.5
+  credentials: {secretRef: {name: ssh, key: key}}
+  knownHosts: {secretRef: {name: ssh, key: known_hosts}}
+  attachments: [{namespaces: {names: [team-b]}, pools: [fast]}]
+`, "omit attachments[].namespaces"},
+		"AllowedNamespacesEmpty": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bad}
+spec:
+  transport: Unix
+  allowedNamespaces: {}
+`, "name namespaces or select them by label"},
+		"GrantOfNothing": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bad}
+spec:
+  transport: Unix
+  attachments: [{namespaces: {names: [team-a]}}]
+`, "a grant names at least one network, bridge or pool"},
+		"GrantBadPoolName": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bad}
+spec:
+  transport: Unix
+  attachments: [{pools: ["../etc"]}]
+`, "spec.attachments[0].pools[0]"},
+		"GrantBridgeCIDRNotIPv4": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bad}
+spec:
+  transport: Unix
+  attachments: [{bridges: [{name: br0, cidrs: ["fd00::/64"]}]}]
+`, "cidrs are IPv4 prefixes"},
+		"GrantBridgeNameTooLong": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bad}
+spec:
+  transport: Unix
+  attachments: [{bridges: [{name: a-bridge-name-too-long}]}]
+`, "spec.attachments[0].bridges[0].name"},
+		"DefaultBridgeCIDRNotACIDR": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bad}
+spec:
+  transport: Unix
+  defaults: {bridge: br0, bridgeCIDRs: ["10.0.0.300/24"]}
+`, "bridgeCIDRs are IPv4 prefixes"},
+		"AllowedNamespacesBadSelector": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bad}
+spec:
+  transport: Unix
+  allowedNamespaces: {selector: {matchExpressions: [{key: tier}]}}
+`, "spec.allowedNamespaces.selector.matchExpressions[0].operator"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			wantRejected(t, kube.Create(testContext(t), mustObject(t, tc.manifest), client.DryRunAll), tc.wantMsg)
+		})
+	}
+}
+
+// TestAdmissionAcceptsTenancyBounds: a ClusterProviderConfig with every new bound, and a
+// ProviderConfig granting its own namespace more, are admitted.
+func TestAdmissionAcceptsTenancyBounds(t *testing.T) {
+	ensureNamespace(t, "admission")
+	for name, manifest := range map[string]string{
+		"ClusterProviderConfig": `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bounded}
+spec:
+  transport: Unix
+  defaults: {pool: default, bridge: br0, bridgeCIDRs: ["192.168.50.0/24"]}
+  allowedNamespaces:
+    names: [ops]
+    selector: {matchLabels: {kvm.example.org/host: gold}}
+  attachments:
+  - networks: [default]
+  - namespaces: {selector: {matchExpressions: [{key: team, operator: In, values: [db]}]}}
+    bridges: [{name: br-lan, cidrs: ["10.77.0.0/24"]}]
+    pools: [fast]
+`,
+		"ProviderConfig": `
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ProviderConfig
+metadata: {name: own, namespace: admission}
+spec:
+  host: 10.0.0.5
+  credentials: {secretRef: {name: ssh, key: key}}
+  knownHosts: {secretRef: {name: ssh, key: known_hosts}}
+  attachments: [{networks: [lab], pools: [fast]}]
+`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := kube.Create(testContext(t), mustObject(t, manifest), client.DryRunAll); err != nil {
+				t.Errorf("refused, want it admitted: %v", err)
+			}
 		})
 	}
 }

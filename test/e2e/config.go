@@ -71,6 +71,9 @@ type hostConfig struct {
 	SSHPort int
 	Pool    string
 	Bridge  string // the bridge its guests attach to
+	// BridgeCIDR is the range guests on Bridge take addresses from (the LAN's subnet): the
+	// provider uses an address the guest agent reports only inside it.
+	BridgeCIDR string
 	// Socket, LibDir and LogDir are the host's libvirt socket, /var/lib/libvirt and
 	// /var/log/libvirt as this machine's filesystem shows them (a LAN host keeps them in
 	// private directories).
@@ -87,8 +90,14 @@ func (c config) host(name string) (hostConfig, bool) {
 	return hostConfig{}, false
 }
 
-// attachment is the ClusterProviderConfig's defaults line for how guests attach.
-func (h hostConfig) attachment() string { return "bridge: " + h.Bridge }
+// attachment is the ClusterProviderConfig's defaults lines for how guests attach: the bridge
+// and its range (two keys of the defaults mapping, which the manifest indents by four spaces).
+func (h hostConfig) attachment() string {
+	if h.BridgeCIDR == "" {
+		return "bridge: " + h.Bridge
+	}
+	return "bridge: " + h.Bridge + "\n    bridgeCIDRs: [\"" + h.BridgeCIDR + "\"]"
+}
 
 // settings are the KEY=VALUE lines of a configuration file.
 type settings map[string]string
@@ -242,7 +251,7 @@ func lanHosts(s settings) ([]hostConfig, error) {
 		}
 		out = append(out, hostConfig{
 			Name: name, SSHHost: s[key+"IP"], SSHPort: port,
-			Pool: s[key+"POOL"], Bridge: s[key+"BRIDGE"],
+			Pool: s[key+"POOL"], Bridge: s[key+"BRIDGE"], BridgeCIDR: s["LAN_SUBNET"],
 			Socket: filepath.Join(dir, h, "run", sock), LibDir: filepath.Join(dir, h, "lib"), LogDir: filepath.Join(dir, h, "log"),
 		})
 	}

@@ -51,6 +51,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/connection"
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 )
@@ -155,7 +156,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, shar
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.BaseImage] {
 			return &connector{
 				jobs: js, recorder: rec,
-				conn:  connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
+				conn:  connection.NewForManager(mgr, conns, rec, shared.Libvirt),
 				alive: listUIDs(mgr.GetAPIReader()), images: shared.Images, platform: shared.Platform,
 				overlayPools: overlayPools(mgr.GetClient()),
 			}
@@ -236,7 +237,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	}
 	dl.Resolver = c.resolver
 	return &external{
-		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, policy: key, now: time.Now,
+		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, grant: s.Grant, policy: key, now: time.Now,
 		requireSHA256: c.platform.SHA256Rule(s.ImageSources, namespaced, s.Source),
 		cache: imagecache.New(s.Libvirt(), c.images, dl, imagecache.WithLiveness(rememberAlive(c.alive)),
 			imagecache.WithOverlayPools(c.overlayPools), imagecache.WithNamespace(cr.GetNamespace())),
@@ -293,6 +294,8 @@ type external struct {
 	jobs     *jobs
 	recorder event.Recorder
 	defaults v1alpha1.HostDefaults
+	// grant is what the namespace may use of the host (its pools among them).
+	grant hostgrants.Grant
 	// policy identifies the imageSources the cache enforces: a job that ran under others
 	// is not this policy's verdict.
 	policy string
@@ -379,6 +382,10 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 	}
 	if meta.WasDeleted(cr) {
 		return e.observeDeleting(ctx, cr, pool)
+	}
+	// A pool the namespace was not granted is not even looked at.
+	if err := e.grant.CheckPool(pool); err != nil {
+		return managed.ExternalObservation{}, err
 	}
 	if e.requireSHA256 != "" && src.SHA256 == "" {
 		// Refused before anything is downloaded; a volume attached before the rule stays.
@@ -538,6 +545,10 @@ func sha(img imagecache.Image) string {
 
 func (e *external) Create(_ context.Context, cr *v1alpha1.BaseImage) (managed.ExternalCreation, error) {
 	pool, src, own := e.pool(cr), source(cr), owner(cr)
+	// A pool the namespace was not granted is refused before anything is fetched or made.
+	if err := e.grant.CheckPool(pool); err != nil {
+		return managed.ExternalCreation{}, err
+	}
 	// The external name follows the current source.
 	meta.SetExternalName(cr, imagecache.ExternalName(src))
 	// The publish job outlives this reconcile, so it runs on a context of its own (jobs.start).

@@ -18,6 +18,7 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 )
 
@@ -118,7 +119,7 @@ func TestObserveFailedDownload(t *testing.T) {
 			if tc.args.attempt > 0 {
 				j.attempt = tc.args.attempt
 			}
-			e := &external{jobs: js, recorder: event.NewNopRecorder(), policy: policy, cache: absentCache{},
+			e := &external{jobs: js, recorder: event.NewNopRecorder(), grant: defaultGrant(t), policy: policy, cache: absentCache{},
 				now: func() time.Time { return finished.Add(tc.args.since) }}
 
 			obs, err := e.Observe(context.Background(), cr)
@@ -160,7 +161,7 @@ func TestRetryCountsAttempts(t *testing.T) {
 		<-block
 		return imagecache.Result{}, nil
 	})
-	e := &external{jobs: js, recorder: event.NewNopRecorder(), policy: "p", cache: absentCache{}, now: time.Now}
+	e := &external{jobs: js, recorder: event.NewNopRecorder(), grant: defaultGrant(t), policy: "p", cache: absentCache{}, now: time.Now}
 	if _, err := e.Observe(context.Background(), cr); err != nil {
 		t.Fatalf("Observe during the retry: %v", err)
 	}
@@ -315,4 +316,14 @@ func TestReapOrphans(t *testing.T) {
 			}
 		})
 	}
+}
+
+// defaultGrant is what a namespace may use of a host whose only pool is "default".
+func defaultGrant(t *testing.T) hostgrants.Grant {
+	t.Helper()
+	g, err := hostgrants.For("ClusterProviderConfig/default", v1alpha1.ProviderConfigSpec{Defaults: v1alpha1.HostDefaults{Pool: "default"}}, hostgrants.Namespace{Name: "ns"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

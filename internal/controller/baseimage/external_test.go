@@ -18,6 +18,7 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 )
 
@@ -126,7 +127,9 @@ func withOwn(img imagecache.Image, s *imagecache.Source) imagecache.Image {
 }
 
 func newExternal(c Cache) *external {
-	return &external{jobs: newJobs(nil), recorder: event.NewNopRecorder(), defaults: v1alpha1.HostDefaults{Pool: "default"}, cache: c, now: time.Now}
+	d := v1alpha1.HostDefaults{Pool: "default"}
+	g, _ := hostgrants.For("ClusterProviderConfig/default", v1alpha1.ProviderConfigSpec{Defaults: d}, hostgrants.Namespace{Name: "ns"}, false)
+	return &external{jobs: newJobs(nil), recorder: event.NewNopRecorder(), defaults: d, grant: g, cache: c, now: time.Now}
 }
 
 // result is what the Observe tests compare.

@@ -12,6 +12,8 @@ import (
 	"reflect"
 
 	"github.com/digitalocean/go-libvirt"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -22,14 +24,16 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/hostconfig"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 const (
-	errTrackUsage = "cannot track ProviderConfig usage"
-	errResolve    = "cannot read the ProviderConfig"
-	errConnect    = "cannot connect to the libvirt host of %s"
+	errTrackUsage   = "cannot track ProviderConfig usage"
+	errResolve      = "cannot read the ProviderConfig"
+	errConnect      = "cannot connect to the libvirt host of %s"
+	errGetNamespace = "cannot read Namespace %s to match the namespace selectors of %s (the provider needs get on namespaces, see docs/platform-teams.md)"
 
 	msgInsecure = "opened an SSH connection to %s without verifying its host key (insecureSkipHostKeyVerification on %s): anyone who can intercept the connection can impersonate the host; pin the key with knownHosts"
 )
@@ -51,6 +55,9 @@ type Connector struct {
 	Recorder event.Recorder
 	// Libvirt is what the libvirt clients of the process share (pool locks, domain handles).
 	Libvirt *lv.Shared
+	// Namespaces reads a resource's Namespace when the config selects namespaces by label; an
+	// uncached reader, so the provider needs only get on namespaces (nil: Kube).
+	Namespaces client.Reader
 }
 
 // Session is a managed resource's handle on its host.
@@ -75,6 +82,9 @@ type Session struct {
 	Unschedulable bool
 	// ImportsAllowed is true when the config lets this resource import existing objects.
 	ImportsAllowed bool
+	// Grant is what the resource's namespace may use of the host: networks, bridges (with
+	// their address ranges) and pools. Empty for a resource being deleted.
+	Grant hostgrants.Grant
 }
 
 // Connect tracks mg's usage of its config, resolves the config and opens (or reuses) the
@@ -92,9 +102,13 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 	if err != nil {
 		return nil, errors.Wrap(err, errResolve)
 	}
+	grant, err := c.grant(ctx, mg, r)
+	if err != nil {
+		return nil, err
+	}
 	h := r.Host.WithDefaults()
 	s := &Session{lv: c.Libvirt, kind: Kind(mg), Defaults: r.Defaults, ImageSources: r.ImageSources, Source: r.Source, Socket: h.Socket, URI: h.URI,
-		ImportsAllowed: r.ImportsAllowed(mg.GetNamespace())}
+		ImportsAllowed: r.ImportsAllowed(mg.GetNamespace()), Grant: grant}
 	s.onOpen = func(info host.OpenInfo) {
 		if info.Insecure && c.Recorder != nil {
 			c.Recorder.Event(mg, event.Warning(ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address, r.Source)))
@@ -105,6 +119,32 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 		return nil, errors.Wrapf(err, errConnect, r.Source)
 	}
 	return s, nil
+}
+
+// grant refuses a namespace the config does not admit (spec.allowedNamespaces), before any
+// connection to the host, and returns what the namespace may use of the host. A resource being
+// deleted is never refused: it removes what it made, even after its namespace lost access.
+func (c *Connector) grant(ctx context.Context, mg resource.Managed, r *hostconfig.Resolved) (hostgrants.Grant, error) {
+	if meta.WasDeleted(mg) {
+		return hostgrants.Grant{}, nil
+	}
+	spec := v1alpha1.ProviderConfigSpec{Defaults: r.Defaults, Attachments: r.Attachments, AllowedNamespaces: r.AllowedNamespaces}
+	ns := hostgrants.Namespace{Name: mg.GetNamespace()}
+	if hostgrants.NeedsLabels(spec) {
+		rd := c.Namespaces
+		if rd == nil {
+			rd = c.Kube
+		}
+		n := &corev1.Namespace{}
+		if err := rd.Get(ctx, types.NamespacedName{Name: ns.Name}, n); err != nil {
+			return hostgrants.Grant{}, errors.Wrapf(err, errGetNamespace, ns.Name, r.Source)
+		}
+		ns.Labels = n.GetLabels()
+	}
+	if err := hostgrants.Admit(r.Source, r.AllowedNamespaces, ns); err != nil {
+		return hostgrants.Grant{}, err
+	}
+	return hostgrants.For(r.Source, spec, ns, r.Namespaced)
 }
 
 // Do runs fn with the host's libvirt client, bounded by ctx. If the connection dropped since
@@ -159,4 +199,18 @@ func NewConnector(kube client.Client, conns Connections, rec event.Recorder, lvs
 		Kube: kube, Usage: resource.NewProviderConfigUsageTracker(kube, &v1alpha1.ProviderConfigUsage{}),
 		Conns: conns, Recorder: rec,
 	}
+}
+
+// Manager is what NewForManager needs of a controller manager.
+type Manager interface {
+	GetClient() client.Client
+	GetAPIReader() client.Reader
+}
+
+// NewForManager is NewConnector with the manager's client, and its uncached reader for
+// Namespaces (read only when a config selects namespaces by label).
+func NewForManager(mgr Manager, conns Connections, rec event.Recorder, lvs *lv.Shared) *Connector {
+	c := NewConnector(mgr.GetClient(), conns, rec, lvs)
+	c.Namespaces = mgr.GetAPIReader()
+	return c
 }

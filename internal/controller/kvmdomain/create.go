@@ -136,12 +136,16 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 	if _, err := e.observed(cr, t); err != nil {
 		return managed.ExternalCreation{}, err
 	}
+	// Refusals come before anything is made on the host.
+	if err := e.checkGrants(ctx, cr, t); err != nil {
+		return managed.ExternalCreation{}, err
+	}
 	if err := e.overlay(ctx, cr, t, in.base); err != nil {
 		return managed.ExternalCreation{}, err
 	}
 	// Observe found no domain of this name; if one appeared since, DefineDomain of a domain
 	// with another UUID fails and nothing of it is touched.
-	if err := e.lv.DefineDomain(ctx, x); err != nil {
+	if err := e.define(ctx, cr, x); err != nil {
 		return managed.ExternalCreation{}, err
 	}
 	faultpoint.Reach(faultpoint.DomainDefined)
@@ -158,6 +162,20 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 		faultpoint.Reach(faultpoint.DomainStarted)
 	}
 	return managed.ExternalCreation{}, nil
+}
+
+// define defines a new domain under the host's lock, checking again that its MAC address is
+// still unique (another KVMDomain may have taken it since checkGrants).
+func (e *external) define(ctx context.Context, cr *v1alpha1.KVMDomain, x string) error {
+	unlock, err := e.defines.lock(ctx, e.host)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := e.checkMAC(ctx, cr); err != nil {
+		return err
+	}
+	return e.lv.DefineDomain(ctx, x)
 }
 
 // resize puts new vcpu and memory into the persistent definition; a running guest sees them at

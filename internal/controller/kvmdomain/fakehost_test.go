@@ -2,6 +2,7 @@ package kvmdomain
 
 import (
 	"context"
+	"net/netip"
 
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
@@ -14,6 +15,8 @@ type fakeHost struct {
 	domains map[string]libvirt.DomainInfo
 	calls   []string
 	ip      func(name, mac, source string) (string, error)
+	// ranges are the libvirt networks' IPv4 ranges, by network name.
+	ranges map[string][]netip.Prefix
 }
 
 func newFakeHost() *fakeHost {
@@ -34,6 +37,23 @@ func (h *fakeHost) DomainIPv4(_ context.Context, name, mac, source string) (stri
 		return "", errNoDomain
 	}
 	return h.ip(name, mac, source)
+}
+
+func (h *fakeHost) DomainDefinitions(context.Context) ([]string, error) {
+	h.calls = append(h.calls, "DomainDefinitions")
+	var out []string
+	for _, d := range h.domains {
+		out = append(out, d.XML)
+	}
+	return out, nil
+}
+
+func (h *fakeHost) NetworkRanges(_ context.Context, name string) ([]netip.Prefix, error) {
+	rs, ok := h.ranges[name]
+	if !ok {
+		return nil, errNoDomain
+	}
+	return rs, nil
 }
 
 func (h *fakeHost) DefineDomain(_ context.Context, x string) error {

@@ -107,8 +107,6 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 		CPUMode:   string(p.CPUMode),
 		Firmware:  string(p.Firmware),
 		RootDisk:  domainxml.Volume{Pool: t.pool, Name: t.overlay},
-		Network:   p.Network,
-		Bridge:    p.Bridge,
 		MAC:       mac(cr),
 		Owner: domainxml.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName(), ProviderConfig: e.source,
 			BaseVolume: in.base.Status.AtProvider.VolumeName},
@@ -120,13 +118,57 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 	if s.Firmware == "" {
 		s.Firmware = string(in.base.Spec.ForProvider.Firmware)
 	}
-	if s.Network == "" && s.Bridge == "" {
-		s.Network, s.Bridge = e.defaults.Attachment()
-	}
+	s.Network, s.Bridge = e.attachment(cr)
 	if in.seed != nil {
 		s.Seed = seedOf(in.seed, e.defaults.Pool)
 		s.Owner.SeedSHA256 = in.seed.Status.AtProvider.ISOSHA256
 	}
 	x, err := domainxml.Domain(s)
 	return x, errors.Wrap(err, errXML)
+}
+
+// attachment is the libvirt network or the host bridge (one of the two) cr's guest attaches
+// to: its own, else the host's default.
+func (e *external) attachment(cr *v1alpha1.KVMDomain) (network, bridge string) {
+	if p := cr.Spec.ForProvider; p.Network != "" || p.Bridge != "" {
+		if p.Bridge != "" {
+			return "", p.Bridge
+		}
+		return p.Network, ""
+	}
+	return e.defaults.Attachment()
+}
+
+// checkGrants refuses, before anything is made on the host, a pool or an attachment that the
+// namespace was not granted (internal/hostgrants), and a MAC address another domain on the
+// host has.
+func (e *external) checkGrants(ctx context.Context, cr *v1alpha1.KVMDomain, t target) error {
+	if err := e.grant.CheckPool(t.pool); err != nil {
+		return err
+	}
+	if err := e.grant.CheckAttachment(e.attachment(cr)); err != nil {
+		return err
+	}
+	return e.checkMAC(ctx, cr)
+}
+
+// checkMAC refuses a MAC address that another domain on the host has (ours or not): a guest
+// with another's address takes its DHCP lease and its traffic. The message names no other
+// domain, namespace or resource.
+func (e *external) checkMAC(ctx context.Context, cr *v1alpha1.KVMDomain) error {
+	defs, err := e.lv.DomainDefinitions(ctx)
+	if err != nil {
+		return errors.Wrap(err, errMACCheck)
+	}
+	m := mac(cr)
+	taken, err := domainxml.MACTaken(defs, m, string(cr.GetUID()))
+	switch {
+	case err != nil:
+		return errors.Wrap(err, errMACCheck)
+	case taken && cr.Spec.ForProvider.MACAddress != "":
+		return errors.Errorf(errMACTaken, m)
+	case taken:
+		return errors.Errorf(errMACDerivedTaken, m)
+	}
+	return nil
 }

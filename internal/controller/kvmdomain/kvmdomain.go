@@ -9,6 +9,7 @@ package kvmdomain
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +28,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
@@ -40,23 +42,26 @@ const shutdownGrace = 90 * time.Second
 
 // Error messages.
 const (
-	errNoBase        = "spec.forProvider.baseImageName is not set (set it, or baseImageRef or baseImageSelector)"
-	errGetBase       = "cannot get BaseImage %s"
-	errBaseNotReady  = "waiting for BaseImage %s to be Ready"
-	errGetSeed       = "cannot get SeedVolume %s"
-	errSeedNotReady  = "waiting for SeedVolume %s to be Ready"
-	errNotOurs       = "domain %s exists on the host but is not owned by this KVMDomain (%s): refusing to adopt, change or delete it; rename one of them, or import it with managementPolicies [Observe]"
-	errLookup        = "cannot look up the domain"
-	errOverlay       = "cannot create the root disk overlay"
-	errXML           = "cannot build the domain definition"
-	errDiskTooSmall  = "diskSizeGiB %d is smaller than the base image's virtual size (%d bytes)"
-	errWaitShutdown  = "waiting up to %s for the guest to shut down before it is removed"
-	errDeleteOverlay = "cannot delete the root disk overlay"
-	errExternalName  = "the crossplane.io/external-name annotation %q is not this KVMDomain's domain name, %q: the provider derives the names of the domains it manages, so that no resource can act on another's; remove the annotation or set it to %q (to import an existing domain, use managementPolicies [Observe] on a host whose config allows imports)"
-	errImportsOff    = "cannot import domain %s: imports are off on %s (the platform team allows them with spec.imports on that config)"
-	errImportForeign = "cannot import domain %s: it belongs to %s/%s (UID %s), and a domain managed by another resource is never imported"
-	errResizeOverlay = "cannot grow the root disk overlay"
-	errNotABase      = "BaseImage %s reports volume %q, which is not a cached base image volume"
+	errNoBase          = "spec.forProvider.baseImageName is not set (set it, or baseImageRef or baseImageSelector)"
+	errGetBase         = "cannot get BaseImage %s"
+	errBaseNotReady    = "waiting for BaseImage %s to be Ready"
+	errGetSeed         = "cannot get SeedVolume %s"
+	errSeedNotReady    = "waiting for SeedVolume %s to be Ready"
+	errNotOurs         = "domain %s exists on the host but is not owned by this KVMDomain (%s): refusing to adopt, change or delete it; rename one of them, or import it with managementPolicies [Observe]"
+	errLookup          = "cannot look up the domain"
+	errOverlay         = "cannot create the root disk overlay"
+	errXML             = "cannot build the domain definition"
+	errDiskTooSmall    = "diskSizeGiB %d is smaller than the base image's virtual size (%d bytes)"
+	errWaitShutdown    = "waiting up to %s for the guest to shut down before it is removed"
+	errDeleteOverlay   = "cannot delete the root disk overlay"
+	errExternalName    = "the crossplane.io/external-name annotation %q is not this KVMDomain's domain name, %q: the provider derives the names of the domains it manages, so that no resource can act on another's; remove the annotation or set it to %q (to import an existing domain, use managementPolicies [Observe] on a host whose config allows imports)"
+	errImportsOff      = "cannot import domain %s: imports are off on %s (the platform team allows them with spec.imports on that config)"
+	errImportForeign   = "cannot import domain %s: it belongs to %s/%s (UID %s), and a domain managed by another resource is never imported"
+	errResizeOverlay   = "cannot grow the root disk overlay"
+	errNotABase        = "BaseImage %s reports volume %q, which is not a cached base image volume"
+	errMACCheck        = "cannot check that the MAC address is unique on the host"
+	errMACTaken        = "macAddress %s is already used by another domain on this host: MAC addresses are unique per host (a guest with another's address takes its DHCP lease and its traffic); choose another, or leave macAddress unset for one derived from this resource"
+	errMACDerivedTaken = "the MAC address derived from this resource, %s, is already used by another domain on this host: MAC addresses are unique per host; set macAddress to another one"
 )
 
 // Connection detail keys: the guest's address, for a connection Secret.
@@ -73,6 +78,7 @@ const (
 	reasonForcedOff      event.Reason = "ForcedPowerOff"
 	reasonDiskGrown      event.Reason = "DiskGrown"
 	reasonLeft           event.Reason = "VolumeLeftAlone"
+	reasonAddressIgnored event.Reason = "AddressIgnored"
 )
 
 // Setup adds the KVMDomain controller; it starts once the KVMDomain CRD is established. With
@@ -94,6 +100,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 		wake = events.Wake
 	}
 	probes := probe.NewProber(probe.WithWake(wake))
+	defines := newHostLocks()
 	policies := o.Features.Enabled(feature.EnableBetaManagementPolicies)
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.KVMDomain]{
 		GroupKind: v1alpha1.KVMDomainGroupKind,
@@ -106,8 +113,8 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 		},
 		Connector: func(rec event.Recorder) managed.TypedExternalConnector[*v1alpha1.KVMDomain] {
 			return &connector{
-				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns, probes: probes,
-				conn:    connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
+				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns, probes: probes, defines: defines,
+				conn:    connection.NewForManager(mgr, conns, rec, shared.Libvirt),
 				records: ownership.NewRecords(), images: shared.Images, policies: policies, events: events,
 			}
 		},
@@ -120,6 +127,7 @@ type connector struct {
 	conn      *connection.Connector
 	shutdowns *shutdowns
 	probes    *probe.Prober
+	defines   *hostLocks
 	records   *ownership.Records
 	images    *imagecache.Shared
 	// policies: spec.managementPolicies are honoured (the provider's
@@ -136,6 +144,8 @@ type Host interface {
 	imagecache.OverlayHost
 	Domain(ctx context.Context, name string) (libvirt.DomainInfo, error)
 	DomainIPv4(ctx context.Context, name, mac, source string) (string, error)
+	DomainDefinitions(ctx context.Context) ([]string, error)
+	NetworkRanges(ctx context.Context, name string) ([]netip.Prefix, error)
 	DefineDomain(ctx context.Context, xml string) error
 	SetAutostart(ctx context.Context, name string, on bool) error
 	StartDomain(ctx context.Context, name string) error
@@ -161,7 +171,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 		c.events.Bind(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, s.Address())
 	}
 	return &external{
-		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, probes: c.probes, defaults: s.Defaults, source: s.Source,
+		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, probes: c.probes, defaults: s.Defaults, source: s.Source, grant: s.Grant, defines: c.defines,
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
 		policies: c.policies, unschedulable: s.Unschedulable,
@@ -174,12 +184,16 @@ type external struct {
 	shutdowns *shutdowns
 	defaults  v1alpha1.HostDefaults
 	source    string
-	lv        Host
-	dial      probe.DialFunc
-	probes    *probe.Prober // nil: no probe runs, and a probed guest stays pending
-	records   *ownership.Records
-	images    *imagecache.Shared
-	host      string // the host's address, for the records' cache
+	// grant is what the namespace may use of the host: pools, networks, bridges and their ranges.
+	grant hostgrants.Grant
+	// defines serializes, per host, the MAC check and the definition of new domains.
+	defines *hostLocks
+	lv      Host
+	dial    probe.DialFunc
+	probes  *probe.Prober // nil: no probe runs, and a probed guest stays pending
+	records *ownership.Records
+	images  *imagecache.Shared
+	host    string // the host's address, for the records' cache
 	// importsAllowed: the config lets this resource import existing domains.
 	importsAllowed bool
 	// policies: spec.managementPolicies are honoured (see observeOnly).

@@ -2,6 +2,7 @@ package kvmdomain
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
@@ -104,7 +106,11 @@ type hostSetup func(t *testing.T, h *fakeHost)
 
 func withDomain(name, ownerUID, state string) hostSetup {
 	return func(t *testing.T, h *fakeHost) {
-		x := domainXML(t, name, ownerUID, "52:54:00:12:34:56")
+		m := "52:54:00:12:34:56" // an unmarked domain's own address
+		if ownerUID != "" {
+			m = domainxml.MAC(ownerUID) // the one its KVMDomain derives
+		}
+		x := domainXML(t, name, ownerUID, m)
 		h.domains[name] = libvirt.DomainInfo{Name: name, UUID: "uuid-" + name, State: state, XML: x, InactiveXML: x}
 	}
 }
@@ -118,8 +124,10 @@ func withOverlay(record bool) hostSetup {
 }
 
 func newExt(h *fakeHost, imports bool) *external {
+	d := v1alpha1.HostDefaults{Pool: pool, Network: "default", DomainType: "qemu"}
+	g, _ := hostgrants.For("ClusterProviderConfig/default", v1alpha1.ProviderConfigSpec{Defaults: d}, hostgrants.Namespace{Name: "ns"}, false)
 	return &external{lv: h, recorder: event.NewNopRecorder(), shutdowns: &shutdowns{m: map[types.UID]time.Time{}},
-		defaults: v1alpha1.HostDefaults{Pool: pool, Network: "default", DomainType: "qemu"}, source: "ClusterProviderConfig/default",
+		defaults: d, grant: g, defines: newHostLocks(), source: "ClusterProviderConfig/default",
 		records: ownership.NewRecords(), images: imagecache.NewShared(), host: "root@h:22", importsAllowed: imports,
 		policies: true, kube: nil}
 }
@@ -647,9 +655,11 @@ func only(src, ip string, otherErr error) func(name, mac, source string) (string
 }
 
 func TestObserveGuest(t *testing.T) {
+	nat := map[string][]netip.Prefix{"default": {netip.MustParsePrefix("192.168.122.0/24")}}
 	cases := map[string]struct {
 		reason  string
 		ip      func(name, mac, source string) (string, error)
+		ranges  map[string][]netip.Prefix
 		want    string // Ready condition message ("" for Available)
 		wantIP  string
 		wantSrc string
@@ -660,9 +670,33 @@ func TestObserveGuest(t *testing.T) {
 			wantIP: "192.168.122.9", wantSrc: libvirt.SourceLease,
 		},
 		"AgentAfterLease": {
-			reason: "without a lease the guest agent is asked",
+			reason: "without a lease the guest agent is asked; its address lies in the network's subnet",
+			ip:     only(libvirt.SourceAgent, "192.168.122.10", nil),
+			ranges: nat,
+			wantIP: "192.168.122.10", wantSrc: libvirt.SourceAgent,
+		},
+		"AgentOutsideTheNetwork": {
+			reason: "an address the guest agent reports outside the network's subnet is never used",
 			ip:     only(libvirt.SourceAgent, "10.0.0.9", nil),
-			wantIP: "10.0.0.9", wantSrc: libvirt.SourceAgent,
+			ranges: nat,
+			want:   `running; waiting for the guest's IPv4 address; ignored: agent reported an address outside the ranges of network "default" (192.168.122.0/24)`,
+		},
+		"ARPOutsideTheNetwork": {
+			reason: "so is one ARP reports",
+			ip:     only(libvirt.SourceARP, "169.254.169.254", nil),
+			ranges: nat,
+			want:   "running; waiting for the guest's IPv4 address; ignored: arp reported a loopback, link-local, unspecified, multicast or broadcast address",
+		},
+		"AgentOnANetworkWithoutSubnet": {
+			reason: "a network without an <ip> element gives no range: a guest-reported address is not used",
+			ip:     only(libvirt.SourceAgent, "192.168.122.10", nil),
+			ranges: map[string][]netip.Prefix{"default": nil},
+			want:   `running; waiting for the guest's IPv4 address; ignored: agent reported an address, but no address range is known for network "default", so an address the guest reports is not used (the network's definition has no IPv4 <ip> element)`,
+		},
+		"LeaseIsTrusted": {
+			reason: "the lease comes from libvirt's own DHCP server: no range is read",
+			ip:     only(libvirt.SourceLease, "10.9.9.9", errNoDomain),
+			wantIP: "10.9.9.9", wantSrc: libvirt.SourceLease,
 		},
 		"NoAddressYet": {
 			reason: "no address: running, waiting",
@@ -674,7 +708,7 @@ func TestObserveGuest(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newFakeHost()
 			withDomain(ourDomain, uid, libvirt.StateRunning)(t, h)
-			h.ip = tc.ip
+			h.ip, h.ranges = tc.ip, tc.ranges
 			cr := kvm(func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.PowerState = v1alpha1.PowerStateRunning })
 			o, err := newExt(h, false).Observe(context.Background(), cr)
 			if err != nil {

@@ -123,7 +123,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 		observeNotRunning(cr, d.State)
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
-	e.observeGuest(ctx, cr, name)
+	e.observeGuest(ctx, cr, name, d)
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
 		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
 	}}, nil
@@ -211,24 +211,48 @@ func addressSources(last string) []string {
 	return out
 }
 
-// observeGuest finds the guest's address and reports the readiness probe (observeProbe). It
-// never waits: what is not there yet is reported, and the next poll looks again.
-func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string) {
+// findAddress asks the address sources in turn and sets status.atProvider's ipv4 and ipSource
+// to the first address that may be used; a guest-reported address outside its network is never
+// used (addressCheck). It returns why the last address not used was ignored, and that address.
+func (e *external) findAddress(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) (ignored error, ignoredIP string) {
 	at := &cr.Status.AtProvider
 	last := at.IPSource
 	at.IPv4, at.IPSource = "", ""
+	addrs := e.addresses(d, at.MACAddress)
 	for _, src := range addressSources(last) {
 		ip, err := e.lv.DomainIPv4(ctx, name, at.MACAddress, src)
 		if src == libvirt.SourceAgent {
 			at.GuestAgentConnected = err == nil
 		}
-		if err == nil && ip != "" {
-			at.IPv4, at.IPSource = ip, src
-			break
+		if err != nil || ip == "" {
+			continue
 		}
+		if why := addrs.accept(ctx, src, ip); why != nil {
+			ignored, ignoredIP = why, ip
+			continue
+		}
+		at.IPv4, at.IPSource = ip, src
+		return nil, ""
 	}
+	return ignored, ignoredIP
+}
+
+// observeGuest finds the guest's address and runs the readiness probe. It never waits: what
+// is not there yet is reported, and the next poll looks again.
+func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) {
+	at := &cr.Status.AtProvider
+	ignored, ignoredIP := e.findAddress(ctx, cr, name, d)
 	if at.IPv4 == "" {
-		cr.SetConditions(xpv2.Unavailable().WithMessage("running; waiting for the guest's IPv4 address"))
+		at.Probe = "" // no address, no probe: an earlier result is not this one's
+		msg := "running; waiting for the guest's IPv4 address"
+		if ignored != nil {
+			// The address itself goes into the event only, never into status.
+			msg += "; ignored: " + ignored.Error()
+			if cr.GetCondition(xpv2.TypeReady).Message != msg {
+				e.recorder.Event(cr, event.Warning(reasonAddressIgnored, errors.Wrapf(ignored, "ignored %s", ignoredIP)))
+			}
+		}
+		cr.SetConditions(xpv2.Unavailable().WithMessage(msg))
 		return
 	}
 	p := cr.Spec.ForProvider.ReadinessProbe

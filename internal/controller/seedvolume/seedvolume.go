@@ -37,6 +37,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
@@ -90,7 +91,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, shar
 			return &connector{
 				kube:     mgr.GetClient(),
 				recorder: rec,
-				conn:     connection.NewConnector(mgr.GetClient(), conns, rec, shared.Libvirt),
+				conn:     connection.NewForManager(mgr, conns, rec, shared.Libvirt),
 				records:  ownership.NewRecords(),
 				checks:   newChecks(),
 			}
@@ -129,7 +130,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (manag
 		return nil, err
 	}
 	return &external{
-		kube: c.kube, recorder: c.recorder, defaults: s.Defaults,
+		kube: c.kube, recorder: c.recorder, defaults: s.Defaults, grant: s.Grant,
 		storage: s.Libvirt(),
 		records: c.records, checks: c.checks, host: s.Address(),
 	}, nil
@@ -139,10 +140,12 @@ type external struct {
 	kube     client.Reader
 	recorder event.Recorder
 	defaults v1alpha1.HostDefaults
-	storage  Storage
-	records  *ownership.Records
-	checks   *checks
-	host     string // the host's address, for the records' cache
+	// grant is what the namespace may use of the host (its pools among them).
+	grant   hostgrants.Grant
+	storage Storage
+	records *ownership.Records
+	checks  *checks
+	host    string // the host's address, for the records' cache
 }
 
 // target is the volume a SeedVolume manages: its derived name, pool and owner.
@@ -255,6 +258,10 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.SeedVolume) (manage
 	}
 	if deleting {
 		return e.observeDeleting(ctx, cr, t)
+	}
+	// A pool the namespace was not granted is not even looked at.
+	if err := e.grant.CheckPool(t.pool); err != nil {
+		return managed.ExternalObservation{}, err
 	}
 	want, err := e.build(ctx, cr)
 	if err != nil {
@@ -518,6 +525,10 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.SeedVolume) (managed
 // them back and only then makes it the seed guests get.
 func (e *external) publish(ctx context.Context, cr *v1alpha1.SeedVolume, t target, s *seed.Seed) error {
 	vol := t.content(s.SHA256)
+	// A pool the namespace was not granted is refused before anything is made.
+	if err := e.grant.CheckPool(t.pool); err != nil {
+		return err
+	}
 	if err := e.records.Claim(ctx, e.storage, e.host, t.pool, vol, t.owner); err != nil {
 		return errors.Wrap(err, errCreate)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
 	"github.com/provider-kvm/provider-kvm/internal/names"
@@ -173,7 +174,9 @@ func summarize(t *testing.T, s *fakestorage.Storage, labels map[string][]byte) m
 }
 
 func newExternal(s *fakestorage.Storage) *external {
-	return &external{storage: s, defaults: v1alpha1.HostDefaults{Pool: pool}, recorder: event.NewNopRecorder(),
+	d := v1alpha1.HostDefaults{Pool: pool}
+	g, _ := hostgrants.For("ClusterProviderConfig/default", v1alpha1.ProviderConfigSpec{Defaults: d}, hostgrants.Namespace{Name: "ns"}, false)
+	return &external{storage: s, defaults: d, grant: g, recorder: event.NewNopRecorder(),
 		records: ownership.NewRecords(), checks: newChecks(), host: "root@h:22"}
 }
 
