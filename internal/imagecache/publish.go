@@ -69,29 +69,11 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 	}
 	src.Format = src.Format.OrDefault()
 	asked := src
-	finalURL := ""
-	// An unpinned image is hashed from its own URL first: that proves its possession.
-	proved := src.SHA256 == ""
-	if src.SHA256 == "" {
-		sum, fu, err := c.fetch.Digest(ctx, src.URL, src.Format)
-		if err != nil {
-			return Result{}, err
-		}
-		src.SHA256, finalURL = sum, fu
+	src, finalURL, proved, err := c.resolveSource(ctx, pool, src, owner)
+	if err != nil {
+		return Result{}, err
 	}
 	vol := DigestVolumeName(src.SHA256, src.Format)
-	if !proved {
-		img, err := c.lookup(ctx, pool, vol, owner.UID)
-		if err != nil {
-			return Result{}, err
-		}
-		if img.State == StatePublished && img.Marker != nil && img.Marker.SHA256 == src.SHA256 && needsProof(img, owner) {
-			if finalURL, err = c.prove(ctx, src); err != nil {
-				return Result{}, err
-			}
-			proved = true
-		}
-	}
 	for step := 0; ; step++ {
 		res, next, err := c.publishStep(ctx, pool, vol, src, asked, owner, step == 0, proved, progress)
 		if res.FinalURL == "" {
@@ -115,6 +97,30 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 			}
 		}
 	}
+}
+
+// resolveSource gives src its digest, proving possession first where Publish must: an
+// unpinned image is hashed from its own URL (that is the proof); a pinned one whose bytes
+// another namespace published is downloaded and hashed now (prove). It returns the URL the
+// bytes came from when it downloaded them, and whether that proved possession.
+func (c *Cache) resolveSource(ctx context.Context, pool string, src Source, owner Owner) (Source, string, bool, error) {
+	if src.SHA256 == "" {
+		sum, finalURL, err := c.fetch.Digest(ctx, src.URL, src.Format)
+		if err != nil {
+			return src, "", false, err
+		}
+		src.SHA256 = sum
+		return src, finalURL, true, nil
+	}
+	img, err := c.lookup(ctx, pool, DigestVolumeName(src.SHA256, src.Format), owner.UID)
+	if err != nil {
+		return src, "", false, err
+	}
+	if img.State == StatePublished && img.Marker != nil && img.Marker.SHA256 == src.SHA256 && needsProof(img, owner) {
+		finalURL, err := c.prove(ctx, src)
+		return src, finalURL, err == nil, err
+	}
+	return src, "", false, nil
 }
 
 // What a publishStep asks Publish to do next.
@@ -205,6 +211,12 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 		}
 		return Result{Image: img, Reused: true}, stepDone, nil
 	}
+	return c.uploadStep(ctx, img, plan, pool, vol, src, asked, owner, unlock, progress)
+}
+
+// uploadStep cleans the debris plan lists, claims img's volume for owner's upload and uploads
+// src into it, releasing the base lock (unlock) once the claim is written.
+func (c *Cache) uploadStep(ctx context.Context, img Image, plan publishPlan, pool, vol string, src, asked Source, owner Owner, unlock func(), progress ProgressFunc) (Result, nextStep, error) {
 	if err := c.clean(ctx, img, plan); err != nil {
 		return Result{Image: img}, stepDone, err
 	}
@@ -213,7 +225,7 @@ func (c *Cache) publishStep(ctx context.Context, pool, vol string, src, asked So
 		return Result{}, stepDone, err
 	}
 	unlock()
-	res, err = c.uploadClaimed(ctx, pool, vol, src, asked, owner, cb, progress)
+	res, err := c.uploadClaimed(ctx, pool, vol, src, asked, owner, cb, progress)
 	return res, stepDone, err
 }
 

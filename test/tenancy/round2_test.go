@@ -75,7 +75,7 @@ func messages(t *testing.T, kube client.Client, mg client.Object) string {
 // a stopped KVMDomain on the shared host; team-b attacks with its own ProviderConfig, another
 // team's digest, pre-signed URLs and long names, then both teams share an image and leave it
 // in either order. Every refusal is checked by its message and by the host being unchanged.
-func TestSecondRound(t *testing.T) { //nolint:gocyclo // one scenario, step by step
+func TestSecondRound(t *testing.T) {
 	tb := testbed.Require(t)
 	env := controlplane.Start(t)
 	env.HostConfig(t, tb, "default")

@@ -375,6 +375,21 @@ func (e *external) volumeFor(ctx context.Context, cr *v1alpha1.BaseImage, pool s
 	return "", nil
 }
 
+// refuse is what the platform refuses a BaseImage before anything is looked at or downloaded:
+// a pool its namespace was not granted, or an image without a sha256 where the platform
+// requires one (a volume attached before the rule stays).
+func (e *external) refuse(cr *v1alpha1.BaseImage, pool string, src imagecache.Source) error {
+	if err := e.grant.CheckPool(pool); err != nil {
+		return err
+	}
+	if e.requireSHA256 != "" && src.SHA256 == "" {
+		msg := fmt.Sprintf(errSHA256, e.requireSHA256)
+		cr.SetConditions(xpv2.Unavailable().WithMessage(msg))
+		return errors.New(msg)
+	}
+	return nil
+}
+
 func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalObservation, error) {
 	pool, src, uid := e.pool(cr), source(cr), string(cr.GetUID())
 	if err := checkExternalName(cr, src); err != nil && !meta.WasDeleted(cr) {
@@ -383,15 +398,8 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.BaseImage) (managed
 	if meta.WasDeleted(cr) {
 		return e.observeDeleting(ctx, cr, pool)
 	}
-	// A pool the namespace was not granted is not even looked at.
-	if err := e.grant.CheckPool(pool); err != nil {
+	if err := e.refuse(cr, pool, src); err != nil {
 		return managed.ExternalObservation{}, err
-	}
-	if e.requireSHA256 != "" && src.SHA256 == "" {
-		// Refused before anything is downloaded; a volume attached before the rule stays.
-		msg := fmt.Sprintf(errSHA256, e.requireSHA256)
-		cr.SetConditions(xpv2.Unavailable().WithMessage(msg))
-		return managed.ExternalObservation{}, errors.New(msg)
 	}
 
 	j := e.jobs.get(cr.GetUID())

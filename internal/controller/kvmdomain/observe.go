@@ -213,8 +213,8 @@ func addressSources(last string) []string {
 
 // findAddress asks the address sources in turn and sets status.atProvider's ipv4 and ipSource
 // to the first address that may be used; a guest-reported address outside its network is never
-// used (addressCheck). It returns why the last address not used was ignored, and that address.
-func (e *external) findAddress(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) (ignored error, ignoredIP string) {
+// used (addressCheck). It returns the last address not used, and why it was ignored.
+func (e *external) findAddress(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) (ignoredIP string, ignored error) {
 	at := &cr.Status.AtProvider
 	last := at.IPSource
 	at.IPv4, at.IPSource = "", ""
@@ -232,16 +232,16 @@ func (e *external) findAddress(ctx context.Context, cr *v1alpha1.KVMDomain, name
 			continue
 		}
 		at.IPv4, at.IPSource = ip, src
-		return nil, ""
+		return "", nil
 	}
-	return ignored, ignoredIP
+	return ignoredIP, ignored
 }
 
 // observeGuest finds the guest's address and runs the readiness probe. It never waits: what
 // is not there yet is reported, and the next poll looks again.
 func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) {
 	at := &cr.Status.AtProvider
-	ignored, ignoredIP := e.findAddress(ctx, cr, name, d)
+	ignoredIP, ignored := e.findAddress(ctx, cr, name, d)
 	if at.IPv4 == "" {
 		at.Probe = "" // no address, no probe: an earlier result is not this one's
 		msg := "running; waiting for the guest's IPv4 address"
