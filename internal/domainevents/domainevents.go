@@ -65,6 +65,17 @@ func (w *Watcher) Bind(nn types.NamespacedName, address string) {
 	w.bound[nn] = address
 }
 
+// Unbind forgets the KVMDomain nn: it is gone (its deletion finished), and nothing of it is
+// requeued by events any more.
+func (w *Watcher) Unbind(nn types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.bound, nn)
+	for _, known := range w.known {
+		delete(known, nn)
+	}
+}
+
 // on is true when address is the host nn was last bound to.
 func (w *Watcher) on(nn types.NamespacedName, address string) bool {
 	w.mu.Lock()

@@ -72,6 +72,7 @@ func TestEventsMatchedByHost(t *testing.T) {
 		reason string
 		bind   map[types.NamespacedName]string
 		events []struct{ host, domain string }
+		unbind []types.NamespacedName // after the events
 		lost   string
 		want   []string
 	}{
@@ -99,6 +100,14 @@ func TestEventsMatchedByHost(t *testing.T) {
 			events: []struct{ host, domain string }{{"root@shared:22", "team-a_vm"}},
 			want:   nil,
 		},
+		"Unbind": {
+			reason: "a KVMDomain whose deletion finished is forgotten: its host's events and the loss of its host requeue nothing",
+			bind:   map[types.NamespacedName]string{vm: "root@shared:22"},
+			unbind: []types.NamespacedName{vm},
+			events: []struct{ host, domain string }{{"root@shared:22", "team-a_vm"}},
+			lost:   "root@shared:22",
+			want:   nil,
+		},
 		"Rebound": {
 			reason: "a KVMDomain moved to another host follows its new host's events only",
 			bind:   map[types.NamespacedName]string{vm: "root@new:22"},
@@ -114,6 +123,13 @@ func TestEventsMatchedByHost(t *testing.T) {
 			}
 			for _, e := range tc.events {
 				w.notify(e.host, e.domain, true)
+			}
+			if len(tc.unbind) > 0 {
+				drain(w) // what the events requeued before the deletion finished
+			}
+			for _, nn := range tc.unbind {
+				w.Unbind(nn)
+				w.notify("root@shared:22", nn.Namespace+"_"+nn.Name, true)
 			}
 			if tc.lost != "" {
 				w.lost(tc.lost)

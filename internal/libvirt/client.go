@@ -451,18 +451,11 @@ type DomainDisk struct {
 func (c *Client) DomainDisks(ctx context.Context) ([]DomainDisk, error) {
 	var out []DomainDisk
 	err := c.do(ctx, func(l rpc) error {
-		doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
+		docs, err := allDomainXML(l)
 		if err != nil {
 			return err
 		}
-		for _, d := range doms {
-			doc, err := l.DomainGetXMLDesc(d, 0)
-			if IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
+		for _, doc := range docs {
 			disks, err := ParseDomainDisks(doc)
 			if err != nil {
 				return err

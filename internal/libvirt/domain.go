@@ -328,21 +328,30 @@ func uuidString(u golibvirt.UUID) string {
 func (c *Client) DomainDefinitions(ctx context.Context) ([]string, error) {
 	var out []string
 	err := c.do(ctx, func(l rpc) error {
-		doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
-		if err != nil {
-			return err
-		}
-		for _, d := range doms {
-			doc, err := l.DomainGetXMLDesc(d, 0)
-			if IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			out = append(out, doc)
-		}
-		return nil
+		var err error
+		out, err = allDomainXML(l)
+		return err
 	})
 	return out, errors.Wrapf(err, errListDomains, c.conn.Address())
+}
+
+// allDomainXML is the definition of every domain, running or defined, on one connection; a
+// domain that goes away meanwhile is left out.
+func allDomainXML(l rpc) ([]string, error) {
+	doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(doms))
+	for _, d := range doms {
+		doc, err := l.DomainGetXMLDesc(d, 0)
+		if IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, doc)
+	}
+	return out, nil
 }

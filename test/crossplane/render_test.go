@@ -165,6 +165,27 @@ func TestRender(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "proxy-private-key", xr: testdata + "/proxy-private-key.yaml", composition: compositionV2, xrd: xrdV2,
+			wantFail: true,
+			check: func(t *testing.T, out rendered) {
+				if want := "sshAuthorizedKeys[1]: is a private key, which is refused (its value is not repeated here)"; !strings.Contains(out.stderr, want) {
+					t.Errorf("render's error does not say %q:\n%s", want, out.stderr)
+				}
+				// The refusal becomes a condition and an event in a cluster: the key must
+				// not be in it, nor in anything rendered.
+				for _, secret := range []string{"SECRET-MARKER-7f3a", "b3BlbnNzaC1rZXktdjE"} {
+					if strings.Contains(out.stderr, secret) || strings.Contains(out.stdout, secret) {
+						t.Errorf("render's output repeats the private key (%q):\nstderr:\n%s\nstdout:\n%s", secret, out.stderr, out.stdout)
+					}
+				}
+				for _, o := range out.objects {
+					if o.GetKind() != "Result" {
+						t.Errorf("a fatal result composed %s %s; want nothing", o.GetKind(), o.GetName())
+					}
+				}
+			},
+		},
 	}
 
 	for _, tc := range cases {
@@ -187,7 +208,7 @@ func TestRender(t *testing.T) {
 			}
 			got := goldenText(r, tc.wantFail)
 			compareGolden(t, filepath.Join("testdata", "golden", tc.name+".yaml"), got)
-			out := rendered{objects: decodeAll(t, []byte(r.stdout)), stderr: r.stderr}
+			out := rendered{objects: decodeAll(t, []byte(r.stdout)), stdout: r.stdout, stderr: r.stderr}
 			tc.check(t, out)
 		})
 	}
@@ -268,8 +289,8 @@ func xproxyFromClaim(t *testing.T, dir string) string {
 
 // rendered is crossplane render's output: the XR first, then composed resources and results.
 type rendered struct {
-	objects []*unstructured.Unstructured
-	stderr  string
+	objects        []*unstructured.Unstructured
+	stdout, stderr string
 }
 
 func (r rendered) xr(t *testing.T) *unstructured.Unstructured {

@@ -167,10 +167,14 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 	if err != nil {
 		return nil, err
 	}
+	nn := types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}
+	gone := func() {}
 	if c.events != nil {
-		c.events.Bind(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, s.Address())
+		c.events.Bind(nn, s.Address())
+		gone = func() { c.events.Unbind(nn) }
 	}
 	return &external{
+		gone: gone,
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, probes: c.probes, defaults: s.Defaults, source: s.Source, grant: s.Grant, defines: c.defines,
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
@@ -200,6 +204,9 @@ type external struct {
 	policies bool
 	// unschedulable: the host is cordoned, no new domain is created (cordon.go).
 	unschedulable bool
+	// gone is called once the resource's deletion found nothing left on the host: what the
+	// process keeps of it (its domain events' binding, its probe) is let go.
+	gone func()
 }
 
 // target is what a KVMDomain manages, all derived from the resource (never from the

@@ -178,6 +178,8 @@ func TestObserve(t *testing.T) {
 		policiesOff bool
 		wantErr     error
 		want        seen
+		// wantGone: the process lets go of the resource (its deletion found nothing of ours).
+		wantGone bool
 	}{
 		"OursShutOff": {
 			reason: "our domain is observed",
@@ -227,7 +229,12 @@ func TestObserve(t *testing.T) {
 		"DeletingOverlayWithoutRecord": {
 			reason: "while deleting, an overlay without our record is not ours",
 			cr:     kvm(deletingNow), host: []hostSetup{withOverlay(false)},
-			want: seen{Overlay: true, Victim: "untouched"},
+			want: seen{Overlay: true, Victim: "untouched"}, wantGone: true,
+		},
+		"DeletingNothingLeft": {
+			reason: "a deletion that finds nothing of ours lets go of the resource: its domain events and probe are forgotten",
+			cr:     kvm(deletingNow),
+			want:   seen{Victim: "untouched"}, wantGone: true,
 		},
 		"DiskToGrow": {
 			reason: "a diskSizeGiB above the overlay's size is not up to date (Update grows it)",
@@ -247,7 +254,12 @@ func TestObserve(t *testing.T) {
 			cr.Spec.ForProvider.PowerState = v1alpha1.PowerStateStopped
 			e := newExt(h, tc.imports)
 			e.policies = !tc.policiesOff
+			gone := false
+			e.gone = func() { gone = true }
 			o, err := e.Observe(context.Background(), cr)
+			if gone != tc.wantGone {
+				t.Errorf("%s\nObserve(): let go of the resource: %v, want %v", tc.reason, gone, tc.wantGone)
+			}
 			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
 				t.Errorf("%s\nObserve(): -want error, +got error:\n%s", tc.reason, diff)
 			}

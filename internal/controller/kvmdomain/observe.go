@@ -171,11 +171,15 @@ func reportFound(cr *v1alpha1.KVMDomain, t target, d libvirt.DomainInfo, importe
 func (e *external) observeAbsent(ctx context.Context, cr *v1alpha1.KVMDomain, t target) (managed.ExternalObservation, error) {
 	switch {
 	case meta.WasDeleted(cr) && e.observeOnly(cr):
+		e.letGo(cr)
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	case meta.WasDeleted(cr):
 		verr := e.records.Verify(ctx, e.lv, e.host, t.pool, t.overlay, t.owner)
 		if verr != nil && !ownership.IsNotOwned(verr) {
 			return managed.ExternalObservation{}, errors.Wrap(verr, errLookup)
+		}
+		if verr != nil {
+			e.letGo(cr) // nothing of ours is left: the finalizer goes next
 		}
 		return managed.ExternalObservation{ResourceExists: verr == nil}, nil
 	}
@@ -183,6 +187,15 @@ func (e *external) observeAbsent(ctx context.Context, cr *v1alpha1.KVMDomain, t 
 		return managed.ExternalObservation{}, err
 	}
 	return managed.ExternalObservation{ResourceExists: false}, nil
+}
+
+// letGo drops what the process keeps of a deleted resource whose domain and overlay are gone:
+// its probe and its binding to its host's domain events.
+func (e *external) letGo(cr *v1alpha1.KVMDomain) {
+	e.forgetProbe(cr)
+	if e.gone != nil {
+		e.gone()
+	}
 }
 
 // observeNotRunning reports a domain that does not run: nothing of the guest is known, and it
