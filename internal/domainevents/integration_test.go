@@ -46,6 +46,26 @@ func within(t *testing.T, w *Watcher, want string, d time.Duration, what string,
 	}
 }
 
+// never runs act, then checks for d that no request for want comes; requests queued before
+// act do not count.
+func never(t *testing.T, w *Watcher, want string, d time.Duration, what string, act func()) {
+	t.Helper()
+	drainAll(w)
+	act()
+	deadline := time.After(d)
+	for {
+		select {
+		case ev := <-w.ch:
+			if got := ev.Object.GetNamespace() + "/" + ev.Object.GetName(); got == want {
+				t.Fatalf("%s: a request for %s, want none", what, want)
+			}
+		case <-deadline:
+			t.Logf("%s: no request for %s in %s, as wanted", what, want, d)
+			return
+		}
+	}
+}
+
 // TestEventsOnRealHost: a domain started, destroyed or undefined out of band on the real
 // test bed becomes a request for its KVMDomain within two seconds, through the same shared
 // connection the controllers use, and again after libvirtd restarts (the watcher requeues
@@ -78,6 +98,19 @@ func TestEventsOnRealHost(t *testing.T) {
 	within(t, w, want, 2*time.Second, "defined", func() { virsh(t, "define", x) })
 	within(t, w, want, 2*time.Second, "started", func() { virsh(t, "start", dom) })
 	within(t, w, want, 2*time.Second, "destroyed", func() { virsh(t, "destroy", dom) })
+
+	// Bound to another host (its config names another address), the KVMDomain is not requeued
+	// by this host's events of a domain of its name: a team's own host cannot requeue others.
+	nn := types.NamespacedName{Namespace: "evtest", Name: "vm"}
+	w.Bind(nn, "root@another-host:22")
+	never(t, w, want, 3*time.Second, "started, bound to another host", func() { virsh(t, "start", dom) })
+	w.Bind(nn, tb.HostConfig(t).Address())
+	within(t, w, want, 2*time.Second, "destroyed, bound to this host again", func() { virsh(t, "destroy", dom) })
+	// Unbound (its deletion finished), it is not requeued either.
+	w.Unbind(nn)
+	never(t, w, want, 3*time.Second, "started, unbound", func() { virsh(t, "start", dom) })
+	w.Bind(nn, tb.HostConfig(t).Address())
+	within(t, w, want, 2*time.Second, "destroyed, bound again", func() { virsh(t, "destroy", dom) })
 
 	// libvirtd restarts: the connection ends, and the watcher asks for everything it knew.
 	within(t, w, want, 10*time.Second, "connection lost", func() { tb.Control(t, "restart-libvirtd") })

@@ -30,6 +30,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/names"
 	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
 	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
@@ -309,15 +310,18 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	}
 	oldPath, oldVol := at.Path, at.VolumeName
 
-	// An overlay backs onto A, as a KVMDomain's root disk would.
-	overlayXML, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: "bi-test-overlay.qcow2", Format: "qcow2", CapacityBytes: 64 << 20, BackingStorePath: oldPath, BackingStoreFormat: "qcow2"})
+	// An overlay backs onto A, as the root disk of a KVMDomain of the same namespace would
+	// (named as names.Overlay names it: a BaseImage's messages name its own namespace's disks
+	// and only count others').
+	overlay := names.Overlay("images", "vm", "0c0ffee0-0000-4000-8000-000000000001")
+	overlayXML, err := libvirt.VolumeXML(libvirt.VolumeSpec{Name: overlay, Format: "qcow2", CapacityBytes: 64 << 20, BackingStorePath: oldPath, BackingStoreFormat: "qcow2"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := lv.CreateVolume(ctx, tb.Pool, overlayXML); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = lv.DeleteVolume(context.Background(), tb.Pool, "bi-test-overlay.qcow2") })
+	t.Cleanup(func() { _ = lv.DeleteVolume(context.Background(), tb.Pool, overlay) })
 
 	// Editing the source publishes B and keeps A while the overlay uses it.
 	if err := get(bi); err != nil {
@@ -352,7 +356,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 		if err := get(bi); err != nil {
 			return err
 		}
-		if s := bi.GetCondition(xpv2.TypeSynced); !strings.Contains(s.Message, "held") || !strings.Contains(s.Message, "bi-test-overlay.qcow2") {
+		if s := bi.GetCondition(xpv2.TypeSynced); !strings.Contains(s.Message, "held") || !strings.Contains(s.Message, overlay) {
 			return fmt.Errorf("Synced=%s: %q", s.Status, s.Message)
 		}
 		return nil
@@ -362,7 +366,7 @@ func TestBaseImageOnRealHost(t *testing.T) {
 	}
 
 	// Once the overlay is gone, everything goes.
-	if err := lv.DeleteVolume(ctx, tb.Pool, "bi-test-overlay.qcow2"); err != nil {
+	if err := lv.DeleteVolume(ctx, tb.Pool, overlay); err != nil {
 		t.Fatal(err)
 	}
 	controlplane.Eventually(t, time.Minute, "BaseImage deleted", func() error {
