@@ -146,11 +146,12 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # holds /tmp/testbed.lock, as every other user of the test bed does (some tests restart its
 # libvirtd), so two runs never share the bed. flock -o: the lock is flock's own, not inherited by
 # the command, so what a killed test leaves running (envtest's etcd and kube-apiserver) cannot
-# keep holding it.
+# keep holding it. It starts from a clean bed (ctl.sh reset): a run cut earlier may have left
+# test processes, domains and volumes behind.
 .PHONY: test
 test: deps controlplane tools testbed-up lan-up image ## The README's test command: all tests with real parts, the LAN's network checks, then make e2e (on the LAN).
 	rm -f $(TB)/run/revived.log
-	CI="$${CI:-}" flock -o /tmp/testbed.lock cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./... || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
+	CI="$${CI:-}" flock -o /tmp/testbed.lock sh -c 'cluster/testbed/ctl.sh reset && exec cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...' || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
 	@cat $(TB)/run/revived.log 2>/dev/null || true
 	for m in $(TOOL_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./test/lan/

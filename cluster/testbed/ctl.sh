@@ -6,10 +6,14 @@
 #   ctl.sh restart-libvirtd   stop libvirtd (recorded PID), start it again, wait for the socket
 #   ctl.sh kill-ssh-sessions  kill sshd's per-connection children (drops every SSH connection)
 #   ctl.sh count-ssh-conns    established TCP connections to 127.0.0.1:$SSH_PORT inside $NS
+#   ctl.sh reset              remove what an earlier run that was cut left: its test processes
+#                             in $NS, every domain, the volumes of $POOL, the pools and networks
+#                             tests defined (only while holding /tmp/testbed.lock)
 set -euo pipefail
 TB=${TB:-/var/lib/provider-kvm-testbed}
 NS=${NS:-kvmhost}
 SSH_PORT=${SSH_PORT:-2222}
+POOL=${POOL:-testbed}
 RUN=$TB/run
 KEYS=$TB/ssh
 
@@ -62,6 +66,48 @@ kill_sessions() {
   # shellcheck disable=SC2086
   [ -z "$s" ] || kill $s 2>/dev/null || true
 }
+# reset: a run whose lock holder was killed (flock -o: the lock is flock's own) can leave its
+# go command and test binaries running, with the envtest servers they started, and whatever
+# its tests made on the host: domains of fixed names, volumes, pools, networks. The next run
+# would meet them as objects it does not own. Processes are matched by executable, never by
+# namespace alone: the daemons, their sessions, libvirt's dnsmasq and the guests stay (the
+# guests go with their domains).
+reset() {
+  local p exe n=0
+  for p in $(ip netns pids "$NS" 2>/dev/null); do
+    exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+    case ${exe##*/} in
+      *.test | go | kube-apiserver | etcd) kill -9 "$p" 2>/dev/null && n=$((n + 1)) ;;
+    esac
+  done
+  alive libvirtd || { echo "ctl.sh: reset: libvirtd is not running" >&2; return 1; }
+  local V="virsh -q -c qemu:///system" d v pool net
+  local doms=0 vols=0 pools=0 nets=0
+  for d in $($V list --all --name); do
+    $V destroy "$d" >/dev/null 2>&1 || true
+    $V undefine --nvram "$d" >/dev/null 2>&1 || $V undefine "$d" >/dev/null
+    doms=$((doms + 1))
+  done
+  for pool in $($V pool-list --all --name); do
+    [ "$pool" = "$POOL" ] && continue
+    [[ "$($V pool-dumpxml "$pool")" == *"<path>$TB/"* ]] || continue
+    $V pool-destroy "$pool" >/dev/null 2>&1 || true
+    $V pool-undefine "$pool" >/dev/null
+    pools=$((pools + 1))
+  done
+  $V pool-refresh "$POOL" >/dev/null
+  for v in $($V vol-list "$POOL" | awk '{print $1}'); do
+    $V vol-delete --pool "$POOL" "$v" >/dev/null
+    vols=$((vols + 1))
+  done
+  for net in $($V net-list --all --name); do
+    [ "$net" = default ] && continue
+    $V net-destroy "$net" >/dev/null 2>&1 || true
+    $V net-undefine "$net" >/dev/null
+    nets=$((nets + 1))
+  done
+  echo "ctl.sh: reset: $n leftover test processes killed; removed $doms domains, $vols volumes of pool $POOL, $pools pools, $nets networks"
+}
 
 case "${1:-}" in
   start-virtlogd) start_virtlogd ;;
@@ -73,5 +119,6 @@ case "${1:-}" in
   count-ssh-conns)
     out=$(ip netns exec "$NS" ss -Htn state established "( dport = :$SSH_PORT )")
     if [ -z "$out" ]; then echo 0; else printf '%s\n' "$out" | wc -l; fi ;;
-  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
+  reset) reset ;;
+  *) sed -n '2,12p' "$0" >&2; exit 2 ;;
 esac

@@ -98,11 +98,13 @@ func (c *Cache) observe(ctx context.Context, pool, volume, ownerUID string) (Ima
 // lookupSettled is lookup for Publish and Remove, which refuse data that no record names. The
 // volumes are read one after the other, so a lookup that overlaps another process's step (an
 // upload's claim dropped after its marker was written, a removal deleting the data) can see
-// the data but neither record; such a view is looked at again before anything is decided.
+// the data but no record that names an owner: no claim, and no marker or one read while it
+// was being written (created, not yet filled). Such a view is looked at again before anything
+// is decided.
 func (c *Cache) lookupSettled(ctx context.Context, pool, volume, ownerUID string) (Image, error) {
 	for try := 1; ; try++ {
 		img, err := c.lookup(ctx, pool, volume, ownerUID)
-		if err != nil || !img.HasData || img.HasMarker || img.HasClaim || try >= c.sh.timing.settleTries {
+		if err != nil || !img.HasData || img.Owner.UID != "" || img.HasClaim || try >= c.sh.timing.settleTries {
 			return img, err
 		}
 		if err := sleep(ctx, c.sh.timing.settlePause); err != nil {

@@ -2,6 +2,7 @@ package imagecache
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -256,5 +257,59 @@ func TestPublish(t *testing.T) {
 				t.Errorf("%s\nPublish(...): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// downloadHooked is a fake host that runs before, when set, ahead of each record read:
+// another process acting between two reads of one lookup.
+type downloadHooked struct {
+	*fakestorage.Storage
+	before func(name string)
+}
+
+func (h *downloadHooked) Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error {
+	if h.before != nil {
+		h.before(name)
+	}
+	return h.Storage.Download(ctx, pool, name, w, offset, length)
+}
+
+// TestPublishSettlesAMarkerBeingWritten: a lookup that reads the marker while another process
+// is writing it (created, still empty) and the claim right after that process dropped it sees
+// data that no record names. Publish looks again, finds the image published, and attaches:
+// it never refuses the image as data no one made.
+func TestPublishSettlesAMarkerBeingWritten(t *testing.T) {
+	data := []byte(strings.Repeat("raw image bytes ", rawSize/16))
+	digest := sha(data)
+	vol := DigestVolumeName(digest, FormatRaw)
+	srv := newRawServer(t, data)
+	h := &downloadHooked{Storage: fakestorage.New()}
+	h.Put(tpool, vol, data)
+	h.Put(tpool, MarkerName(vol), nil) // the other process created it and is filling it
+	claimed(t, h.Storage, vol, them, "other-process", RecordClaimed)
+	owns(t, h.Storage, vol, them)
+	claimReads := 0
+	h.before = func(name string) {
+		if name != ClaimName(vol) {
+			return
+		}
+		// The first look (before Publish proves it has the bytes) sees the upload in progress;
+		// during the second, the other process fills the marker and drops its claim between
+		// our read of the one and of the other.
+		if claimReads++; claimReads == 2 {
+			published(t, h.Storage, vol, digest, FormatRaw, them, len(data))
+			if err := h.Storage.DeleteVolume(context.Background(), tpool, ClaimName(vol)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := New(h, testShared(), downloadsFor(t, allowServers(t, srv.Server)), WithClock(func() time.Time { return t0 }))
+	res, err := c.Publish(context.Background(), tpool, Source{URL: srv.URL + "/img", SHA256: digest, Format: FormatRaw}, us, nil)
+	if err != nil {
+		t.Fatalf("Publish while another process finishes the upload: %v; want the published image attached", err)
+	}
+	want := sortedNames(vol, MarkerName(vol), OwnerName(vol, them.UID), OwnerName(vol, us.UID))
+	if diff := cmp.Diff(want, names(h.Storage)); !res.Reused || diff != "" {
+		t.Errorf("Publish: Reused=%v, volumes -want +got:\n%s", res.Reused, diff)
 	}
 }
