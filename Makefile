@@ -58,9 +58,9 @@ generate: ## Regenerate deepcopy, crossplane-runtime method sets, resolvers and 
 
 .PHONY: check-generate
 check-generate: generate ## Fail when generated files are stale (what CI runs).
-	@if [ -n "$$(git status --porcelain -- apis package/crds)" ]; then \
+	@if [ -n "$$(git status --porcelain -- apis package/crds package/function/input)" ]; then \
 		echo "Generated files are stale: run 'make generate' and commit the result:"; \
-		git status --porcelain -- apis package/crds; git --no-pager diff --stat -- apis package/crds; exit 1; fi
+		git status --porcelain -- apis package/crds package/function/input; git --no-pager diff --stat -- apis package/crds package/function/input; exit 1; fi
 	@echo "generated files are up to date"
 
 .PHONY: lint

@@ -97,6 +97,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		what = xr.GetKind() + " " + xr.GetNamespace() + "/" + xr.GetName()
 	}
 
+	if _, err := readPolicy(req); err != nil { // the platform's policy: placement and rules use it
+		return err
+	}
 	var spec ProxySpec
 	if err := xr.GetValueInto("spec", &spec); err != nil {
 		return errors.Wrapf(err, "invalid %s: cannot read spec", what)
