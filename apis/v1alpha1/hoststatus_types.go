@@ -47,6 +47,32 @@ type HostStatus struct {
 	// provider's ownership record and volumes named as the provider names them.
 	// +optional
 	Managed HostUsage `json:"managed,omitempty"`
+
+	// Orphans are the provider's objects on this host whose managed resource no longer
+	// exists (spec.orphans). Unset until a read could compare the host with the cluster; kept
+	// from the last such read while a list of managed resources cannot be read.
+	// +optional
+	Orphans *HostOrphans `json:"orphans,omitempty"`
+}
+
+// MaxOrphanNames bounds HostOrphans.Names.
+const MaxOrphanNames = 10
+
+// HostOrphans are the orphans found on a host.
+type HostOrphans struct {
+	// Count of orphans: domains and volumes (a volume's ownership record counted with it).
+	Count int32 `json:"count"`
+
+	// Names of the first orphans in name order, at most 10: "domain NAME" or
+	// "volume POOL/NAME".
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	Names []string `json:"names,omitempty"`
+
+	// Deleted is how many orphans the provider removed through this config
+	// (spec.orphans: Delete), in all.
+	// +optional
+	Deleted int32 `json:"deleted,omitempty"`
 }
 
 // HostPool is one storage pool of a host.

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -367,6 +369,27 @@ type ProviderConfigSpec struct {
 	// +optional
 	Unschedulable bool `json:"unschedulable,omitempty"`
 
+	// Orphans says what the host status controller does with orphans on this host: domains
+	// and volumes that carry the provider's ownership record but whose managed resource no
+	// longer exists (by UID; e.g. deleted after its finalizer was removed by hand). Report
+	// (the default) lists them in status.host.orphans; Delete also removes each once it has
+	// been an orphan for orphanGracePeriod, unless a domain still uses it (a volume) or a
+	// managed resource of the same kind, namespace and name exists. Objects without the
+	// provider's record are never touched. A ProviderConfig sees and removes only orphans of
+	// its own namespace; a ClusterProviderConfig those of every namespace, and also sweeps
+	// cached base images whose BaseImages are all gone.
+	// +optional
+	// +kubebuilder:validation:Enum=Report;Delete
+	// +kubebuilder:default=Report
+	Orphans OrphanPolicy `json:"orphans,omitempty"`
+
+	// OrphanGracePeriod is how long an object must have been seen an orphan, on consecutive
+	// reads by this provider process, before orphans: Delete removes it. A provider restart
+	// starts every grace period again.
+	// +optional
+	// +kubebuilder:default="1h"
+	OrphanGracePeriod *metav1.Duration `json:"orphanGracePeriod,omitempty"`
+
 	// Imports says whether managed resources may import existing libvirt objects on this
 	// host. Off by default.
 	// +optional
@@ -390,6 +413,28 @@ type ProviderConfigSpec struct {
 	// only and must leave it unset.
 	// +optional
 	AllowedNamespaces *NamespaceSelection `json:"allowedNamespaces,omitempty"`
+}
+
+// OrphanPolicy says what is done with orphans on a host.
+type OrphanPolicy string
+
+// Orphan policies.
+const (
+	// OrphansReport lists orphans in the host status only.
+	OrphansReport OrphanPolicy = "Report"
+	// OrphansDelete also removes them after the grace period.
+	OrphansDelete OrphanPolicy = "Delete"
+)
+
+// DefaultOrphanGracePeriod is the orphanGracePeriod of a config that sets none.
+const DefaultOrphanGracePeriod = time.Hour
+
+// OrphanGrace is the config's orphanGracePeriod, or DefaultOrphanGracePeriod.
+func (s *ProviderConfigSpec) OrphanGrace() time.Duration {
+	if s.OrphanGracePeriod == nil || s.OrphanGracePeriod.Duration < 0 {
+		return DefaultOrphanGracePeriod
+	}
+	return s.OrphanGracePeriod.Duration
 }
 
 // A ProviderConfigStatus reflects the observed state of a ProviderConfig.
