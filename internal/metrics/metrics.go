@@ -11,9 +11,14 @@
 //     failed.
 //   - provider_kvm_host_unreachable{host}: 1 while the host's circuit breaker is open (its
 //     last connection attempt failed), else 0.
+//   - provider_kvm_host_orphans{config}: orphans (objects with the provider's ownership record
+//     whose managed resource is gone) the config's last host status read found on its host;
+//     config is "ClusterProviderConfig/NAME" or "ProviderConfig/NAMESPACE/NAME".
+//   - provider_kvm_host_orphans_deleted_total{config}: orphans removed through the config
+//     (spec.orphans: Delete).
 //
 // Labels never hold secrets: kinds and RPC names are fixed sets, host is host:port or the
-// Unix socket path.
+// Unix socket path, config a config's kind and name.
 package metrics
 
 import (
@@ -30,6 +35,8 @@ const (
 	ConnectionsName = "provider_kvm_libvirt_connections_opened_total"
 	FailuresName    = "provider_kvm_host_connect_failures_total"
 	UnreachableName = "provider_kvm_host_unreachable"
+	OrphansName     = "provider_kvm_host_orphans"
+	OrphansDelName  = "provider_kvm_host_orphans_deleted_total"
 )
 
 // OpConnectOpen is the op label of opening a libvirt connection (go-libvirt's ConnectToURI
@@ -53,6 +60,8 @@ type Counters struct {
 	conns       *prometheus.CounterVec
 	failures    *prometheus.CounterVec
 	unreachable *prometheus.GaugeVec
+	orphans     *prometheus.GaugeVec
+	orphansDel  *prometheus.CounterVec
 }
 
 // New returns unregistered counters.
@@ -74,12 +83,20 @@ func New() *Counters {
 			Name: UnreachableName,
 			Help: "1 while the libvirt host's circuit breaker is open (its last connection attempt failed), else 0.",
 		}, []string{"host"}),
+		orphans: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: OrphansName,
+			Help: "Orphans (objects with the provider's ownership record whose managed resource is gone) the config's last host status read found.",
+		}, []string{"config"}),
+		orphansDel: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: OrphansDelName,
+			Help: "Orphans removed from the host through the config (spec.orphans: Delete).",
+		}, []string{"config"}),
 	}
 }
 
 // Register adds the counters to r.
 func (c *Counters) Register(r prometheus.Registerer) error {
-	for _, m := range []prometheus.Collector{c.calls, c.conns, c.failures, c.unreachable} {
+	for _, m := range []prometheus.Collector{c.calls, c.conns, c.failures, c.unreachable, c.orphans, c.orphansDel} {
 		if err := r.Register(m); err != nil {
 			return err
 		}
@@ -108,6 +125,16 @@ func (c *Counters) Reachable(host string) {
 	c.unreachable.WithLabelValues(host).Set(0)
 }
 
+// Orphans sets the orphans the config's last read found.
+func (c *Counters) Orphans(config string, n int) {
+	c.orphans.WithLabelValues(config).Set(float64(n))
+}
+
+// OrphansDeleted counts n orphans removed through the config.
+func (c *Counters) OrphansDeleted(config string, n int) {
+	c.orphansDel.WithLabelValues(config).Add(float64(n))
+}
+
 // Default is registered on controller-runtime's metrics registry.
 var Default = New()
 
@@ -130,6 +157,12 @@ func ConnectFailed(host string) { Default.ConnectFailed(host) }
 
 // Reachable marks host reachable again on Default.
 func Reachable(host string) { Default.Reachable(host) }
+
+// Orphans sets the orphans of config on Default.
+func Orphans(config string, n int) { Default.Orphans(config, n) }
+
+// OrphansDeleted counts removed orphans of config on Default.
+func OrphansDeleted(config string, n int) { Default.OrphansDeleted(config, n) }
 
 type kindKey struct{}
 

@@ -90,9 +90,25 @@ func (r *Records) forget(k string) {
 	delete(r.ok, k)
 }
 
+// RecordReader is what reading a record needs of a host's storage.
+type RecordReader interface {
+	Volume(ctx context.Context, pool, name string) (libvirt.Volume, error)
+	Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error
+}
+
+// ReadRecord reads volume's record, whoever it names: found is false when there is none; an
+// error is a call that failed (IsHostError) or a record that is unusable (torn, not ours).
+func ReadRecord(ctx context.Context, s RecordReader, pool, volume string) (rec Record, found bool, err error) {
+	rec, _, found, err = read(ctx, s, pool, volume)
+	return rec, found, err
+}
+
+// IsHostError is true when err is a call to the host that failed, not a bad record.
+func IsHostError(err error) bool { return isHostError(err) }
+
 // read returns the record of volume and the fingerprint of its volume; found is false when
 // there is none.
-func read(ctx context.Context, s Storage, pool, volume string) (rec Record, fp libvirt.VolumeInfo, found bool, err error) {
+func read(ctx context.Context, s RecordReader, pool, volume string) (rec Record, fp libvirt.VolumeInfo, found bool, err error) {
 	name := RecordVolume(volume)
 	v, err := s.Volume(ctx, pool, name)
 	if libvirt.IsNotFound(err) {

@@ -151,7 +151,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	spec, st := r.ops.spec(obj), r.ops.status(obj)
 	old := *st.DeepCopy()
 
-	stage, addr, hs, err := r.read(ctx, obj, spec)
+	var prev *v1alpha1.HostOrphans
+	if old.Host != nil {
+		prev = old.Host.Orphans
+	}
+	stage, addr, hs, err := r.read(ctx, obj, spec, prev)
 	cond := Condition(stage, err)
 	*st = Next(old, spec.Unschedulable, addr, cond, hs)
 	if err := r.kube.Status().Update(ctx, obj); err != nil {
@@ -168,8 +172,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // read reads the host of obj: the stage it got to, the host's address (once the config was
-// read), its status when the read succeeded, and the error that stopped it.
-func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1.ProviderConfigSpec) (Stage, string, *v1alpha1.HostStatus, error) {
+// read), its status when the read succeeded, and the error that stopped it. A successful read
+// is followed by the orphan sweep (prev: the orphans of the last read).
+func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1.ProviderConfigSpec, prev *v1alpha1.HostOrphans) (Stage, string, *v1alpha1.HostStatus, error) {
 	ref := &xpv2.ProviderConfigReference{Kind: r.ops.kind, Name: obj.GetName()}
 	res, err := hostconfig.ResolveRef(ctx, r.kube, obj.GetNamespace(), ref)
 	if err != nil {
@@ -187,12 +192,15 @@ func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1
 		return StageConnect, addr, nil, err
 	}
 	pools := r.pools(ctx, obj.GetNamespace(), ref, spec.Defaults.Pool)
-	rd, err := r.memo.Read(ctx, r.host(conn, res), addr, pools)
+	h := r.host(conn, res)
+	rd, err := r.memo.Read(ctx, h, addr, pools)
 	if err != nil {
 		r.memo.Forget(addr)
 		return StageRead, addr, nil, err
 	}
-	return StageRead, addr, Figures(addr, rd, metav1.Now()), nil
+	hs := Figures(addr, rd, metav1.Now())
+	hs.Orphans = r.sweep(ctx, obj, spec, h, addr, rd, prev)
+	return StageRead, addr, hs, nil
 }
 
 // pools are the pools whose figures the status shows: the config's default pool and every

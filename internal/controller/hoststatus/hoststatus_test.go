@@ -75,8 +75,11 @@ func TestReconcile(t *testing.T) {
 		domains int32
 		cpus    int32
 		cordon  bool
+		orphans int32
 		events  []event.Reason
 	}
+	// live owns the fake host's domains (their records name UID u1).
+	live := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "proxy", UID: "u1"}}
 	cases := map[string]struct {
 		reason  string
 		objs    []runtime.Object
@@ -85,12 +88,18 @@ func TestReconcile(t *testing.T) {
 	}{
 		"Ready": {
 			reason: "a host read in full: figures, Ready, next read at the poll",
-			objs:   []runtime.Object{cpc(false), key},
+			objs:   []runtime.Object{cpc(false), key, live},
 			want:   want{result: reconcile.Result{RequeueAfter: time.Minute}, reason: ReasonHostReady, status: corev1.ConditionTrue, domains: 2, cpus: 8},
+		},
+		"Orphans": {
+			reason: "domains whose record names a UID no KVMDomain has are orphans: counted, with a warning; Report removes nothing",
+			objs:   []runtime.Object{cpc(false), key},
+			want: want{result: reconcile.Result{RequeueAfter: time.Minute}, reason: ReasonHostReady, status: corev1.ConditionTrue, domains: 2, cpus: 8,
+				orphans: 2, events: []event.Reason{ReasonOrphans}},
 		},
 		"Cordoned": {
 			reason: "spec.unschedulable is recorded in status, with an event",
-			objs:   []runtime.Object{cpc(true), key},
+			objs:   []runtime.Object{cpc(true), key, live},
 			want: want{result: reconcile.Result{RequeueAfter: time.Minute}, reason: ReasonHostReady, status: corev1.ConditionTrue, domains: 2, cpus: 8, cordon: true,
 				events: []event.Reason{ReasonCordoned}},
 		},
@@ -129,6 +138,9 @@ func TestReconcile(t *testing.T) {
 			g := want{result: res, reason: c.Reason, status: c.Status, cordon: got.Status.Unschedulable}
 			if got.Status.Host != nil {
 				g.domains, g.cpus = got.Status.Host.Managed.Domains, got.Status.Host.CPUs
+				if got.Status.Host.Orphans != nil {
+					g.orphans = got.Status.Host.Orphans.Count
+				}
 			}
 			for _, e := range rec.events {
 				g.events = append(g.events, e.Reason)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
@@ -31,6 +32,7 @@ type Host interface {
 	DomainMetadata(ctx context.Context, d golibvirt.Domain, uri string) (string, error)
 	PoolUsage(ctx context.Context, name string, known *golibvirt.StoragePool) (lv.PoolUsage, error)
 	VolumeInfo(ctx context.Context, pool, name string) (lv.VolumeInfo, error)
+	SweepHost
 }
 
 // Reading is what one status read found on a host.
@@ -41,7 +43,9 @@ type Reading struct {
 	// ownership record.
 	Domains []lv.DomainStat
 	Ours    map[string]bool
-	Pools   []PoolReading
+	// Owners are, by UUID, the owners the records of our domains name.
+	Owners map[string]RecordOwner
+	Pools  []PoolReading
 }
 
 // PoolReading is one pool: its figures, or Missing, and the allocation of each of our volumes
@@ -62,19 +66,26 @@ type Memo struct {
 
 	mu    sync.Mutex
 	hosts map[string]*hostMemo
+	// orphans are, by config (configLabel), when each of its orphans was first seen one.
+	orphans map[string]map[string]time.Time
 }
 
 // NewMemo returns an empty Memo that trusts what rarely changes for recheck.
 func NewMemo(now func() time.Time, recheck time.Duration) *Memo {
-	return &Memo{now: now, recheck: recheck, hosts: map[string]*hostMemo{}}
+	return &Memo{now: now, recheck: recheck, hosts: map[string]*hostMemo{}, orphans: map[string]map[string]time.Time{}}
 }
 
 type hostMemo struct {
 	mu     sync.Mutex
 	node   lv.NodeInfo
 	nodeAt time.Time
-	// ours is by domain UUID: whether the domain carries our ownership record.
-	ours  map[string]bool
+	// ours is by domain UUID: whether the domain carries our ownership record; owners the
+	// owner it names.
+	ours   map[string]bool
+	owners map[string]RecordOwner
+	// records are the volume ownership records read by the orphan sweep, by pool and
+	// record volume name: written once, they are read once while they exist.
+	records map[string]RecordOwner
 	pools map[string]golibvirt.StoragePool
 	// vols is by pool and volume name.
 	vols map[string]volMemo
@@ -90,7 +101,7 @@ func (m *Memo) host(address string) *hostMemo {
 	m.mu.Lock()
 	h, ok := m.hosts[address]
 	if !ok {
-		h = &hostMemo{ours: map[string]bool{}, pools: map[string]golibvirt.StoragePool{}, vols: map[string]volMemo{}}
+		h = &hostMemo{ours: map[string]bool{}, owners: map[string]RecordOwner{}, records: map[string]RecordOwner{}, pools: map[string]golibvirt.StoragePool{}, vols: map[string]volMemo{}}
 		m.hosts[address] = h
 	}
 	m.mu.Unlock()
@@ -133,7 +144,7 @@ func (m *Memo) Read(ctx context.Context, h Host, address string, pools []string)
 	if r.Domains, err = h.DomainStats(ctx); err != nil {
 		return Reading{}, err
 	}
-	if r.Ours, err = hm.ownership(ctx, h, r.Domains); err != nil {
+	if r.Ours, r.Owners, err = hm.ownership(ctx, h, r.Domains); err != nil {
 		return Reading{}, err
 	}
 	seen := map[string]bool{}
@@ -155,49 +166,61 @@ func (m *Memo) Read(ctx context.Context, h Host, address string, pools []string)
 // ownership tells which domains carry our ownership record, reading the record of each domain
 // not seen before whose name is one we derive (internal/names: "<namespace>_<name>"), and
 // forgets domains that went.
-func (hm *hostMemo) ownership(ctx context.Context, h Host, doms []lv.DomainStat) (map[string]bool, error) {
+func (hm *hostMemo) ownership(ctx context.Context, h Host, doms []lv.DomainStat) (map[string]bool, map[string]RecordOwner, error) {
 	ours := make(map[string]bool, len(doms))
+	owners := map[string]RecordOwner{}
 	for _, d := range doms {
 		id := d.UUID()
 		if o, ok := hm.ours[id]; ok {
 			ours[id] = o
+			if o {
+				owners[id] = hm.owners[id]
+			}
 			continue
 		}
-		o := false
+		o, ow := false, RecordOwner{}
 		if DerivedDomainName(d.Name()) {
 			md, err := h.DomainMetadata(ctx, d.Handle, domainxml.Namespace)
 			if lv.IsNotFound(err) {
 				continue // undefined since listed
 			}
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			if o, err = ownedBy(md); err != nil {
-				return nil, errors.Wrapf(err, errParseOwner, d.Name())
+			if ow, o, err = ownedBy(md); err != nil {
+				return nil, nil, errors.Wrapf(err, errParseOwner, d.Name())
 			}
 		}
 		ours[id] = o
+		if o {
+			owners[id] = ow
+		}
 	}
-	hm.ours = ours
-	return ours, nil
+	hm.ours, hm.owners = ours, owners
+	return ours, owners, nil
 }
 
 // ownedBy is true when metadata (the element of our namespace, "" for none) is our
 // ownership record. libvirt returns the element without its namespace (asked by namespace,
 // it is ours), so the element is matched by name only.
-func ownedBy(metadata string) (bool, error) {
+func ownedBy(metadata string) (RecordOwner, bool, error) {
 	if metadata == "" {
-		return false, nil
+		return RecordOwner{}, false, nil
 	}
 	var o struct {
 		XMLName   xml.Name `xml:"owner"`
 		ManagedBy string   `xml:"managedBy"`
 		UID       string   `xml:"uid"`
+		Namespace string   `xml:"namespace"`
+		Name      string   `xml:"name"`
 	}
 	if err := xml.Unmarshal([]byte(metadata), &o); err != nil {
-		return false, err
+		return RecordOwner{}, false, err
 	}
-	return o.ManagedBy == domainxml.ManagedBy && o.UID != "", nil
+	if o.ManagedBy != domainxml.ManagedBy || o.UID == "" {
+		return RecordOwner{}, false, nil
+	}
+	return RecordOwner{Kind: v1alpha1.KVMDomainKind, UID: o.UID, Namespace: o.Namespace, Name: o.Name}, true, nil
 }
 
 // pool reads a pool and the sizes of our volumes in it that are not remembered; seen collects

@@ -1,6 +1,7 @@
 package hoststatus
 
 import (
+	"strings"
 	"context"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
 	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
@@ -101,6 +103,41 @@ func (h *fakeHost) PoolUsage(ctx context.Context, name string, known *golibvirt.
 	vols, err := h.VolumeNames(ctx, name)
 	return lv.PoolUsage{Handle: golibvirt.StoragePool{Name: name}, Pool: p, Volumes: vols}, err
 }
+func (h *fakeHost) Domain(_ context.Context, name string) (lv.DomainInfo, error) {
+	if err := h.count("Domain"); err != nil {
+		return lv.DomainInfo{}, err
+	}
+	for _, d := range h.domains {
+		if d.Name() != name {
+			continue
+		}
+		state := lv.StateShutOff
+		if d.Active {
+			state = lv.StateRunning
+		}
+		md := ""
+		if m := h.metadata[name]; m != "" {
+			md = "<metadata>" + strings.Replace(m, "<owner>", `<owner xmlns="`+domainxml.Namespace+`">`, 1) + "</metadata>"
+		}
+		return lv.DomainInfo{Name: name, UUID: d.UUID(), State: state, XML: "<domain type='kvm'><name>" + name + "</name>" + md + "</domain>"}, nil
+	}
+	return lv.DomainInfo{}, golibvirt.Error{Code: uint32(golibvirt.ErrNoDomain), Message: "no domain"}
+}
+func (h *fakeHost) DestroyDomain(_ context.Context, name string) error {
+	return h.count("DestroyDomain " + name)
+}
+func (h *fakeHost) UndefineDomain(_ context.Context, name string) error {
+	if err := h.count("UndefineDomain " + name); err != nil {
+		return err
+	}
+	for i, d := range h.domains {
+		if d.Name() == name {
+			h.domains = append(h.domains[:i:i], h.domains[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
 func (h *fakeHost) VolumeInfo(ctx context.Context, pool, name string) (lv.VolumeInfo, error) {
 	if err := h.count("VolumeInfo"); err != nil {
 		return lv.VolumeInfo{}, err
@@ -126,7 +163,9 @@ func TestRead(t *testing.T) {
 		dom("", 2, false, 0, 0).UUID(): true, dom("", 3, false, 0, 0).UUID(): false}
 	h0 := newFakeHost()
 	vols := map[string]uint64{ourSeed: 4096, ourSeed + ".owner": 4096, ourRoot: 8192, ourBase: 3 * 4096}
-	full := Reading{Node: h0.node, FreeMemory: h0.free, Domains: h0.domains, Ours: ours,
+	u1 := RecordOwner{Kind: v1alpha1.KVMDomainKind, UID: "u1", Namespace: "team-a", Name: "proxy"}
+	owners := map[string]RecordOwner{dom("", 1, false, 0, 0).UUID(): u1, dom("", 2, false, 0, 0).UUID(): u1}
+	full := Reading{Node: h0.node, FreeMemory: h0.free, Domains: h0.domains, Ours: ours, Owners: owners,
 		Pools: []PoolReading{{Name: "default", Pool: h0.pools["default"], Volumes: vols}}}
 
 	cases := map[string]struct {
@@ -262,7 +301,7 @@ func TestOwnedBy(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := ownedBy(tc.md)
+			_, got, err := ownedBy(tc.md)
 			if (err != nil) != tc.wantErr || got != tc.want {
 				t.Errorf("ownedBy(%q) = %v, %v; want %v, error %v", tc.md, got, err, tc.want, tc.wantErr)
 			}
