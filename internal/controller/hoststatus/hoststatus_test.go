@@ -13,9 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -158,6 +161,88 @@ func TestReconcile(t *testing.T) {
 			}
 			if strings.Contains(string(b), secretBytes) {
 				t.Errorf("%s\nthe private key reached status or events: %s", tc.reason, b)
+			}
+		})
+	}
+}
+
+// TestReconcileOrphans: the sweep through a reconcile. A list of managed resources that
+// fails makes no decision (the orphans of the last read stay, nothing is removed); Delete with
+// no grace removes the orphans and counts them.
+func TestReconcileOrphans(t *testing.T) {
+	key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kvm", Name: "key"},
+		Data: map[string][]byte{"id": []byte(secretBytes), "known_hosts": []byte("h ssh-ed25519 AAAA")}}
+	prev := &v1alpha1.HostOrphans{Count: 7, Names: []string{"domain x_y"}, Deleted: 1}
+	cases := map[string]struct {
+		reason    string
+		listErr   error
+		policy    v1alpha1.OrphanPolicy
+		want      *v1alpha1.HostOrphans
+		undefined int
+		events    []event.Reason
+	}{
+		"ListFails": {
+			reason:  "a list that cannot be read is never taken for empty: no decision, the last orphans stay",
+			listErr: errors.New("boom"),
+			policy:  v1alpha1.OrphansDelete,
+			want:    prev,
+		},
+		"Report": {
+			reason: "Report names the orphans and removes nothing",
+			policy: v1alpha1.OrphansReport,
+			want:   &v1alpha1.HostOrphans{Count: 2, Names: []string{"domain team-a_proxy", "domain team-b_db"}, Deleted: 1},
+		},
+		"Delete": {
+			reason:    "Delete with no grace removes both orphan domains, with an event each",
+			policy:    v1alpha1.OrphansDelete,
+			want:      &v1alpha1.HostOrphans{Count: 0, Deleted: 3},
+			undefined: 2,
+			events:    []event.Reason{ReasonOrphanRemoved, ReasonOrphanRemoved},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := runtime.NewScheme()
+			_ = v1alpha1.SchemeBuilder.AddToScheme(s)
+			_ = corev1.AddToScheme(s)
+			c := cpc(false)
+			c.Spec.Orphans = tc.policy
+			c.Spec.OrphanGracePeriod = &metav1.Duration{}
+			c.Status.Host = &v1alpha1.HostStatus{Orphans: prev.DeepCopy()}
+			kube := fake.NewClientBuilder().WithScheme(s).WithRuntimeObjects(c, key).WithStatusSubresource(&v1alpha1.ClusterProviderConfig{}).
+				WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, cl client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+					if _, ok := l.(*v1alpha1.KVMDomainList); ok && tc.listErr != nil {
+						return tc.listErr
+					}
+					return cl.List(ctx, l, opts...)
+				}}).Build()
+			rec := &recorder{}
+			h := newFakeHost()
+			r := &Reconciler{kube: kube, ops: cpcOps, conns: &fakeConns{}, memo: NewMemo(time.Now, DefaultRecheck), record: rec, log: logging.NewNopLogger(),
+				poll: time.Minute, unreadyPoll: 15 * time.Second, timeout: time.Minute,
+				host: func(*host.Conn, *hostconfig.Resolved) Host { return h }}
+			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}); err != nil {
+				t.Fatalf("%s\nReconcile(): %v", tc.reason, err)
+			}
+			got := &v1alpha1.ClusterProviderConfig{}
+			if err := kube.Get(context.Background(), types.NamespacedName{Name: "a"}, got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Status.Host.Orphans); diff != "" {
+				t.Errorf("%s\nstatus.host.orphans: -want, +got:\n%s", tc.reason, diff)
+			}
+			undefined := h.calls["UndefineDomain team-a_proxy"] + h.calls["UndefineDomain team-b_db"]
+			if undefined != tc.undefined {
+				t.Errorf("%s\ndomains undefined: %d, want %d", tc.reason, undefined, tc.undefined)
+			}
+			var evs []event.Reason
+			for _, e := range rec.events {
+				if e.Reason == ReasonOrphanRemoved {
+					evs = append(evs, e.Reason)
+				}
+			}
+			if diff := cmp.Diff(tc.events, evs); diff != "" {
+				t.Errorf("%s\nremoval events: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}
