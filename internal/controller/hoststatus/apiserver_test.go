@@ -45,7 +45,7 @@ func TestStatusOnAPIServer(t *testing.T) {
 	}
 
 	r := func(o ops, connErr error) *Reconciler {
-		return &Reconciler{kube: env.Client, ops: o, conns: &fakeConns{err: connErr}, memo: NewMemo(time.Now, DefaultRecheck),
+		return &Reconciler{kube: env.Client, api: env.Client, ops: o, conns: &fakeConns{err: connErr}, memo: NewMemo(time.Now, DefaultRecheck),
 			record: &recorder{}, log: logging.NewNopLogger(), poll: time.Minute, unreadyPoll: 15 * time.Second, timeout: time.Minute,
 			host: func(*host.Conn, *hostconfig.Resolved) Host { return newFakeHost() }}
 	}

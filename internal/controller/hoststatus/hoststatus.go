@@ -86,7 +86,9 @@ var (
 
 // Reconciler writes the host status of one kind of config.
 type Reconciler struct {
-	kube   client.Client
+	kube client.Client
+	// api reads past the cache: what the orphan sweep confirms before it removes anything.
+	api    client.Reader
 	ops    ops
 	conns  Connections
 	memo   *Memo
@@ -108,7 +110,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, lvs *lv.Sh
 	for _, k := range []ops{pcOps, cpcOps} {
 		name := "hoststatus/" + strings.ToLower(k.kind)
 		r := &Reconciler{
-			kube: mgr.GetClient(), ops: k, conns: conns, memo: memo,
+			kube: mgr.GetClient(), api: mgr.GetAPIReader(), ops: k, conns: conns, memo: memo,
 			record:      event.NewAPIRecorder(mgr.GetEventRecorderFor(name)), //nolint:staticcheck // crossplane-runtime's recorder still takes the old events API.
 			log:         o.Logger.WithValues("controller", name),
 			poll:        o.PollInterval,

@@ -126,7 +126,7 @@ func TestReconcile(t *testing.T) {
 			kube := fake.NewClientBuilder().WithScheme(s).WithRuntimeObjects(tc.objs...).WithStatusSubresource(&v1alpha1.ClusterProviderConfig{}).Build()
 			rec := &recorder{}
 			conns := &fakeConns{err: tc.connErr}
-			r := &Reconciler{kube: kube, ops: cpcOps, conns: conns, memo: NewMemo(time.Now, DefaultRecheck), record: rec, log: logging.NewNopLogger(),
+			r := &Reconciler{kube: kube, api: kube, ops: cpcOps, conns: conns, memo: NewMemo(time.Now, DefaultRecheck), record: rec, log: logging.NewNopLogger(),
 				poll: time.Minute, unreadyPoll: 15 * time.Second, timeout: time.Minute,
 				host: func(*host.Conn, *hostconfig.Resolved) Host { return newFakeHost() }}
 			res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}})
@@ -180,7 +180,15 @@ func TestReconcileOrphans(t *testing.T) {
 		want      *v1alpha1.HostOrphans
 		undefined int
 		events    []event.Reason
+		// api holds what the API server has past the cache (nil: the same as the cache).
+		api []runtime.Object
 	}{
+		"CacheLags": {
+			reason: "the cache lists no KVMDomain, but the API server has the records' owner: nothing is removed",
+			policy: v1alpha1.OrphansDelete,
+			api:    []runtime.Object{&v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "proxy", UID: "u1"}}},
+			want:   &v1alpha1.HostOrphans{Count: 2, Names: []string{"domain team-a_proxy", "domain team-b_db"}, Deleted: 1},
+		},
 		"ListFails": {
 			reason:  "a list that cannot be read is never taken for empty: no decision, the last orphans stay",
 			listErr: errors.New("boom"),
@@ -218,7 +226,11 @@ func TestReconcileOrphans(t *testing.T) {
 				}}).Build()
 			rec := &recorder{}
 			h := newFakeHost()
-			r := &Reconciler{kube: kube, ops: cpcOps, conns: &fakeConns{}, memo: NewMemo(time.Now, DefaultRecheck), record: rec, log: logging.NewNopLogger(),
+			var api client.Reader = kube
+			if tc.api != nil {
+				api = fake.NewClientBuilder().WithScheme(s).WithRuntimeObjects(tc.api...).Build()
+			}
+			r := &Reconciler{kube: kube, api: api, ops: cpcOps, conns: &fakeConns{}, memo: NewMemo(time.Now, DefaultRecheck), record: rec, log: logging.NewNopLogger(),
 				poll: time.Minute, unreadyPoll: 15 * time.Second, timeout: time.Minute,
 				host: func(*host.Conn, *hostconfig.Resolved) Host { return h }}
 			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}); err != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
@@ -231,7 +232,11 @@ func (r *Reconciler) sweep(ctx context.Context, obj client.Object, spec *v1alpha
 
 	removed := map[Object]bool{}
 	for _, o := range d.Delete {
-		if err := removeOrphan(ctx, h, o); err != nil {
+		err := confirmGone(ctx, r.api, o)
+		if err == nil {
+			err = removeOrphan(ctx, h, o)
+		}
+		if err != nil {
 			r.record.Event(obj, event.Warning(ReasonOrphanSweepErr, errors.Wrapf(err, "cannot remove orphan %s", o.Display())))
 			continue
 		}
@@ -257,6 +262,33 @@ func (r *Reconciler) sweep(ctx context.Context, obj client.Object, spec *v1alpha
 			st.Count, policy, strings.Join(st.Names, ", "))))
 	}
 	return st
+}
+
+// confirmGone asks the API server, past the cache the decision's lists came from, whether
+// the managed resource o's record names is gone: no error only when no resource of its kind,
+// namespace and name exists.
+func confirmGone(ctx context.Context, api client.Reader, o Object) error {
+	var obj client.Object
+	switch kindOf(o) {
+	case v1alpha1.KVMDomainKind:
+		obj = &v1alpha1.KVMDomain{}
+	case v1alpha1.SeedVolumeKind:
+		obj = &v1alpha1.SeedVolume{}
+	case v1alpha1.BaseImageKind:
+		obj = &v1alpha1.BaseImage{}
+	default:
+		return errors.Errorf("its record names a %s, which the sweep does not know: left alone", kindOf(o))
+	}
+	err := api.Get(ctx, client.ObjectKey{Namespace: o.Owner.Namespace, Name: o.Owner.Name}, obj)
+	switch {
+	case kerrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return errors.Wrapf(err, "cannot tell whether %s %s/%s exists: left alone", kindOf(o), o.Owner.Namespace, o.Owner.Name)
+	case string(obj.GetUID()) == o.Owner.UID:
+		return errors.Errorf("its %s %s/%s exists: left alone", kindOf(o), o.Owner.Namespace, o.Owner.Name)
+	}
+	return errors.Errorf("a new %s %s/%s exists: left alone", kindOf(o), o.Owner.Namespace, o.Owner.Name)
 }
 
 // needsScan is true when a volume (not only its record) is among del.
