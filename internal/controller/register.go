@@ -41,5 +41,5 @@ func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections,
 		return err
 	}
 	// The host status of every config, read through the same pooled connections.
-	return errors.Wrap(hoststatus.Setup(mgr, o, conns, shared.Libvirt), "cannot set up the host status controllers")
+	return errors.Wrap(hoststatus.Setup(mgr, o, conns, shared.Libvirt, shared.Images), "cannot set up the host status controllers")
 }

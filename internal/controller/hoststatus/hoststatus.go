@@ -36,6 +36,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/connection"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/hostconfig"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
@@ -99,13 +100,17 @@ type Reconciler struct {
 	timeout           time.Duration
 	// host makes the libvirt client of a connection.
 	host func(c *host.Conn, r *hostconfig.Resolved) Host
+	// images makes the image cache of a connection for the orphan sweep of cached base
+	// images; nil sweeps none.
+	images func(c *host.Conn, r *hostconfig.Resolved, alive imagecache.Liveness) ImageSweeper
 }
 
 // Setup adds the host status controllers of ProviderConfigs and ClusterProviderConfigs to mgr.
 // They read hosts through conns, the pool the managed resources share, with libvirt clients
 // sharing lvs, every o.PollInterval while a host is Ready and every DefaultUnreadyPoll (at
-// most the poll) while it is not.
-func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, lvs *lv.Shared) error {
+// most the poll) while it is not. The orphan sweep of cached base images uses images, the
+// process's image cache state.
+func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, lvs *lv.Shared, images *imagecache.Shared) error {
 	memo := NewMemo(time.Now, DefaultRecheck)
 	for _, k := range []ops{pcOps, cpcOps} {
 		name := "hoststatus/" + strings.ToLower(k.kind)
@@ -119,6 +124,12 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, lvs *lv.Sh
 			host: func(c *host.Conn, res *hostconfig.Resolved) Host {
 				h := res.Host.WithDefaults()
 				return lv.New(c, lvs, lv.WithSocket(h.Socket), lv.WithURI(h.URI), lv.WithKind(Kind))
+			},
+			images: func(c *host.Conn, res *hostconfig.Resolved, alive imagecache.Liveness) ImageSweeper {
+				h := res.Host.WithDefaults()
+				l := lv.New(c, lvs, lv.WithSocket(h.Socket), lv.WithURI(h.URI), lv.WithKind(Kind))
+				// No downloads; no overlay pools: every pool's doubts keep a volume.
+				return imagecache.New(l, images, imagecache.Downloads{}, imagecache.WithLiveness(alive))
 			},
 		}
 		if r.poll <= 0 {
@@ -201,7 +212,11 @@ func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1
 		return StageRead, addr, nil, err
 	}
 	hs := Figures(addr, rd, metav1.Now())
-	hs.Orphans = r.sweep(ctx, obj, spec, h, addr, rd, prev)
+	var images func(imagecache.Liveness) ImageSweeper
+	if r.images != nil {
+		images = func(alive imagecache.Liveness) ImageSweeper { return r.images(conn, res, alive) }
+	}
+	hs.Orphans = r.sweep(ctx, obj, spec, h, images, addr, rd, prev)
 	return StageRead, addr, hs, nil
 }
 

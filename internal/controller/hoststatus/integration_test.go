@@ -29,6 +29,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/metrics"
 	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
@@ -123,7 +124,7 @@ func TestHostStatusOnRealHost(t *testing.T) {
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
 	lvs := lv.NewShared()
-	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, lvs) })
+	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, lvs, imagecache.NewShared()) })
 	ctx := context.Background()
 
 	get := func(name string) *v1alpha1.ClusterProviderConfig {

@@ -2,7 +2,9 @@ package hoststatus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -244,5 +246,60 @@ func TestObjectsAndRemove(t *testing.T) {
 	}
 	if h.calls["DestroyDomain team-a_proxy"] != 1 || h.calls["UndefineDomain team-a_proxy"] != 1 {
 		t.Errorf("calls removing a running orphan domain: %v", h.calls)
+	}
+}
+
+// TestGraceLiveness: an owner UID of no BaseImage is alive until it was found gone for the
+// grace period; a UID missing from the first list is looked for in a fresh one; a list that
+// fails is an error, never "gone".
+func TestGraceLiveness(t *testing.T) {
+	ctx := context.Background()
+	start := time.Unix(0, 0)
+	lists := 0
+	live := map[string]bool{"a": true}
+	list := func(context.Context) (map[string]bool, error) {
+		lists++
+		return maps.Clone(live), nil
+	}
+	alive, done := GraceLiveness(list, nil, start, time.Hour)
+	for _, c := range []struct {
+		uid  string
+		want bool
+	}{{"a", true}, {"gone", true}} {
+		if got, err := alive(ctx, c.uid); err != nil || got != c.want {
+			t.Errorf("alive(%q) at the first sighting = %v, %v; want %v", c.uid, got, err, c.want)
+		}
+	}
+	first := done()
+	if _, ok := first["gone"]; !ok || len(first) != 1 {
+		t.Errorf("first sightings: %v, want gone only", first)
+	}
+	// A BaseImage created after the first list is found in the fresh one.
+	live["new"] = true
+	alive, _ = GraceLiveness(list, first, start.Add(30*time.Minute), time.Hour)
+	if got, _ := alive(ctx, "new"); !got {
+		t.Errorf("alive(new) = false for a BaseImage in a fresh list")
+	}
+	alive, _ = GraceLiveness(list, first, start.Add(time.Hour), time.Hour)
+	if got, err := alive(ctx, "gone"); err != nil || got {
+		t.Errorf("alive(gone) after the grace period = %v, %v; want false", got, err)
+	}
+	boom := errors.New("boom")
+	alive, _ = GraceLiveness(func(context.Context) (map[string]bool, error) { return nil, boom }, first, start.Add(2*time.Hour), time.Hour)
+	if _, err := alive(ctx, "gone"); !errors.Is(err, boom) {
+		t.Errorf("alive() with a failing list: error %v, want %v", err, boom)
+	}
+}
+
+// TestImageSweepsDue: the image sweep of a config runs at most every min(grace, DefaultRecheck).
+func TestImageSweepsDue(t *testing.T) {
+	s := imageSweeps{last: map[string]time.Time{}, gone: map[string]map[string]time.Time{}}
+	start := time.Unix(0, 0)
+	var got []bool
+	for _, at := range []time.Duration{0, time.Minute, 10 * time.Minute, 11 * time.Minute, 20 * time.Minute} {
+		got = append(got, s.due("c", start.Add(at), time.Hour))
+	}
+	if diff := cmp.Diff([]bool{true, false, true, false, true}, got); diff != "" {
+		t.Errorf("due(): -want, +got:\n%s", diff)
 	}
 }

@@ -68,11 +68,13 @@ type Memo struct {
 	hosts map[string]*hostMemo
 	// orphans are, by config (configLabel), when each of its orphans was first seen one.
 	orphans map[string]map[string]time.Time
+	images  imageSweeps
 }
 
 // NewMemo returns an empty Memo that trusts what rarely changes for recheck.
 func NewMemo(now func() time.Time, recheck time.Duration) *Memo {
-	return &Memo{now: now, recheck: recheck, hosts: map[string]*hostMemo{}, orphans: map[string]map[string]time.Time{}}
+	return &Memo{now: now, recheck: recheck, hosts: map[string]*hostMemo{}, orphans: map[string]map[string]time.Time{},
+		images: imageSweeps{last: map[string]time.Time{}, gone: map[string]map[string]time.Time{}}}
 }
 
 type hostMemo struct {

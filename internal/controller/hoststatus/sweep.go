@@ -200,7 +200,10 @@ func inUse(ctx context.Context, h SweepHost, del []Object) (map[string]bool, err
 // what it sees), removes those the decision allows, and returns the status of the orphans and
 // the number removed. prev is the status of the last read: it is kept, as it is, when the
 // cluster or the host's records cannot be read (no decision is made on what was not read).
-func (r *Reconciler) sweep(ctx context.Context, obj client.Object, spec *v1alpha1.ProviderConfigSpec, h Host, addr string, rd Reading, prev *v1alpha1.HostOrphans) *v1alpha1.HostOrphans {
+//
+// images makes the image cache of the host (nil: no image sweep); a ClusterProviderConfig
+// with orphans: Delete sweeps cached base images with it (sweepImages).
+func (r *Reconciler) sweep(ctx context.Context, obj client.Object, spec *v1alpha1.ProviderConfigSpec, h Host, images func(imagecache.Liveness) ImageSweeper, addr string, rd Reading, prev *v1alpha1.HostOrphans) *v1alpha1.HostOrphans {
 	cfg := configLabel(r.ops.kind, obj.GetNamespace(), obj.GetName())
 	cl, err := listCluster(ctx, r.kube)
 	if err != nil {
@@ -244,6 +247,10 @@ func (r *Reconciler) sweep(ctx context.Context, obj client.Object, spec *v1alpha
 		r.record.Event(obj, event.Normal(ReasonOrphanRemoved, fmt.Sprintf("Removed orphan %s: its %s %s/%s (UID %s) no longer exists",
 			o.Display(), kindOf(o), o.Owner.Namespace, o.Owner.Name, o.Owner.UID)))
 	}
+	imagesRemoved := 0
+	if policy == v1alpha1.OrphansDelete && obj.GetNamespace() == "" {
+		imagesRemoved = r.sweepImages(ctx, obj, cfg, f.Grace, images, rd)
+	}
 	left := OrphanDecision{}
 	for _, o := range d.Orphans {
 		if !removed[o] {
@@ -254,9 +261,9 @@ func (r *Reconciler) sweep(ctx context.Context, obj client.Object, spec *v1alpha
 	if prev != nil {
 		deleted = prev.Deleted
 	}
-	st := left.Status(deleted + int32(len(removed)))
+	st := left.Status(deleted + int32(len(removed)+imagesRemoved))
 	metrics.Orphans(cfg, int(st.Count))
-	metrics.OrphansDeleted(cfg, len(removed))
+	metrics.OrphansDeleted(cfg, len(removed)+imagesRemoved)
 	if st.Count > 0 && (prev == nil || st.Count > prev.Count) {
 		r.record.Event(obj, event.Warning(ReasonOrphans, errors.Errorf("%d orphan(s) on the host, objects with the provider's ownership record whose managed resource no longer exists (spec.orphans: %s): %s",
 			st.Count, policy, strings.Join(st.Names, ", "))))
