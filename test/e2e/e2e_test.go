@@ -241,6 +241,13 @@ func TestE2E(t *testing.T) {
 		logf("  team-c/egress (claim) -> XProxy %s: connection Secret team-c/egress-conn has the same url", xrs["egress"])
 	})
 
+	step("orphans", func(t *testing.T) {
+		logf("  the orphan sweep: team-a's KVMDomain and SeedVolume of their own deleted past their finalizers, reported, then removed")
+		if err := e.checkOrphans(ctx, hostA); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	var baseVol string // team-a's shared base volume
 	step("delete-egress-a", func(t *testing.T) {
 		logf("4/5 delete Proxy team-a/egress-a")

@@ -423,6 +423,14 @@ func (h *Host) Present(objs []Object) ([]Object, error) {
 	return out, nil
 }
 
+// Define defines a domain from its XML, as virsh define would: a domain made by hand.
+func (h *Host) Define(xml string) error {
+	return h.call(func(l *libvirt.Libvirt) error {
+		_, err := l.DomainDefineXML(xml)
+		return err
+	})
+}
+
 // Remove destroys and undefines the domains, deletes the volumes and files: only for what
 // deleting through Kubernetes did not remove (or could not, without a provider).
 func (h *Host) Remove(objs []Object) []error {
