@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,18 +23,21 @@ import (
 // The orphan sweep (spec.orphans), on a LAN host: a KVMDomain and its SeedVolume of team-a,
 // of their own (not composed), onto team-a's shared BaseImage, lose their finalizers by hand
 // and are deleted: their domain, overlay and seed stay on the host as orphans. The host's
-// ClusterProviderConfig reports them (Report, the default, removes nothing) and, with
-// orphans: Delete and a short grace, removes them; a domain of a team-a name defined by hand,
-// without the provider's ownership record, is neither reported nor touched.
+// ClusterProviderConfig reports them (Report, the default, removes nothing); a ProviderConfig
+// of team-a for the same host, with orphans: Delete and a short grace, removes them (a
+// namespaced config removes only its own namespace's orphans, so nothing else on the shared
+// host is at stake); a domain of a team-a name defined by hand, without the provider's
+// ownership record, is neither reported nor touched.
 const (
 	orphanDomainName = "orphan"
 	orphanSeedName   = "orphan-seed"
 	handmadeDomain   = "team-a_handmade"
 	orphanGrace      = 10 * time.Second
+	sweeperName      = "orphan-sweeper"
 )
 
 // checkOrphans runs the orphan case on the host of the ClusterProviderConfig cfgName; team-a's
-// BaseImage debian-12-squid must be Ready. It leaves the config with orphans: Report.
+// BaseImage debian-12-squid must be Ready. It removes the ProviderConfig it made.
 func (e *env) checkOrphans(ctx context.Context, cfgName string) (err error) {
 	h := e.hosts.Get(cfgName)
 	if h == nil {
@@ -84,8 +88,13 @@ func (e *env) checkOrphans(ctx context.Context, cfgName string) (err error) {
 		for _, err := range e.hosts.Remove([]object{{Host: cfgName, Kind: "domain", Name: handmadeDomain}}) {
 			warnf("%v", err)
 		}
-		if rerr := e.setOrphans(context.Background(), cfgName, v1alpha1.OrphansReport, nil); rerr != nil && err == nil {
-			err = rerr
+		for _, o := range []client.Object{
+			&v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: sweeperName}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: sweeperName + "-ssh"}},
+		} {
+			if derr := e.c.Delete(context.Background(), o); derr != nil && !kerrors.IsNotFound(derr) && err == nil {
+				err = derr
+			}
 		}
 	}()
 
@@ -122,7 +131,7 @@ func (e *env) checkOrphans(ctx context.Context, cfgName string) (err error) {
 	logf("  orphans: ClusterProviderConfig %s reports %s and its volumes; %s (no record) not reported", cfgName, domain, handmadeDomain)
 
 	// Delete: removed after the grace; the domain first, its volumes once no domain uses them.
-	if err := e.setOrphans(ctx, cfgName, v1alpha1.OrphansDelete, &metav1.Duration{Duration: orphanGrace}); err != nil {
+	if err := e.createSweeper(ctx, cfgName); err != nil {
 		return err
 	}
 	t0 := time.Now()
@@ -142,10 +151,14 @@ func (e *env) checkOrphans(ctx context.Context, cfgName string) (err error) {
 	if !ds[handmadeDomain] {
 		return fmt.Errorf("the domain %s, made by hand without the provider's record, was removed", handmadeDomain)
 	}
-	if err := waitFor(ctx, "ClusterProviderConfig "+cfgName+" to count the removals", 2*time.Second, 2*time.Minute, func(ctx context.Context) error {
-		o, err := e.hostOrphans(ctx, cfgName)
-		if err != nil {
+	if err := waitFor(ctx, "ProviderConfig team-a/"+sweeperName+" to count the removals", 2*time.Second, 2*time.Minute, func(ctx context.Context) error {
+		pc := &v1alpha1.ProviderConfig{}
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: sweeperName}, pc); err != nil {
 			return err
+		}
+		o := &v1alpha1.HostOrphans{}
+		if pc.Status.Host != nil && pc.Status.Host.Orphans != nil {
+			o = pc.Status.Host.Orphans
 		}
 		if slices.Contains(o.Names, "domain "+domain) || o.Deleted < int32(1+len(wantVols)) {
 			return fmt.Errorf("orphans %+v: want %s gone and at least %d deleted", o, domain, 1+len(wantVols))
@@ -154,7 +167,7 @@ func (e *env) checkOrphans(ctx context.Context, cfgName string) (err error) {
 	}); err != nil {
 		return err
 	}
-	logf("  orphans: with orphans: Delete (grace %s) the domain, overlay and seed are gone %ss later; %s stays", orphanGrace, secs(time.Since(t0)), handmadeDomain)
+	logf("  orphans: with orphans: Delete (grace %s) on ProviderConfig team-a/%s the domain, overlay and seed are gone %ss later; %s stays", orphanGrace, sweeperName, secs(time.Since(t0)), handmadeDomain)
 	return nil
 }
 
@@ -206,15 +219,33 @@ func (e *env) hostOrphans(ctx context.Context, name string) (*v1alpha1.HostOrpha
 	return c.Status.Host.Orphans, nil
 }
 
-// setOrphans sets spec.orphans and spec.orphanGracePeriod of the ClusterProviderConfig name.
-func (e *env) setOrphans(ctx context.Context, name string, p v1alpha1.OrphanPolicy, grace *metav1.Duration) error {
+// createSweeper makes ProviderConfig team-a/sweeperName for the host of the
+// ClusterProviderConfig name (its spec, its SSH Secret copied into team-a) with orphans: Delete
+// and a grace of orphanGrace.
+func (e *env) createSweeper(ctx context.Context, name string) error {
 	c := &v1alpha1.ClusterProviderConfig{}
 	if err := e.c.Get(ctx, client.ObjectKey{Name: name}, c); err != nil {
 		return err
 	}
-	c.Spec.Orphans, c.Spec.OrphanGracePeriod = p, grace
-	if err := e.c.Update(ctx, c); err != nil {
-		return fmt.Errorf("setting orphans: %s on ClusterProviderConfig %s: %w", p, name, err)
+	spec := *c.Spec.DeepCopy()
+	if spec.Credentials == nil || spec.KnownHosts == nil {
+		return fmt.Errorf("ClusterProviderConfig %s has no SSH credentials or known hosts to copy", name)
 	}
-	return nil
+	data := map[string][]byte{}
+	for _, sel := range []*v1alpha1.SecretKeySelector{&spec.Credentials.SecretRef, &spec.KnownHosts.SecretRef} {
+		src := &corev1.Secret{}
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: sel.Namespace, Name: sel.Name}, src); err != nil {
+			return err
+		}
+		data[sel.Key] = src.Data[sel.Key]
+		sel.Namespace, sel.Name = "", sweeperName+"-ssh"
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: sweeperName + "-ssh"}, Data: data}
+	if err := e.c.Create(ctx, sec); err != nil {
+		return err
+	}
+	spec.AllowedNamespaces, spec.Attachments = nil, nil
+	spec.Orphans, spec.OrphanGracePeriod = v1alpha1.OrphansDelete, &metav1.Duration{Duration: orphanGrace}
+	pc := &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: sweeperName}, Spec: spec}
+	return e.c.Create(ctx, pc)
 }
