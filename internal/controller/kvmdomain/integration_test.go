@@ -169,6 +169,61 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 		}
 	}
 
+	t.Run("CordonedHostRefusesNewKeepsExisting", func(t *testing.T) {
+		// Cordoned (spec.unschedulable): a new KVMDomain is refused with Synced=False naming the
+		// cordon, and nothing is defined; the running one stays Ready.
+		cordon := func(on bool) {
+			t.Helper()
+			c := &v1alpha1.ClusterProviderConfig{}
+			if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, c); err != nil {
+				t.Fatal(err)
+			}
+			c.Spec.Unschedulable = on
+			if err := kube.Update(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cordon(true)
+		t.Cleanup(func() { cordon(false) })
+		vm2 := &v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-2"}, Spec: v1alpha1.KVMDomainSpec{
+			ForProvider: v1alpha1.KVMDomainParameters{
+				VCPU: 1, MemoryMiB: 512, PowerState: v1alpha1.PowerStateStopped,
+				BaseImageRef:  &xpv2.NamespacedReference{Name: "debian"},
+				SeedVolumeRef: &xpv2.NamespacedReference{Name: "proxy-1"},
+			}}}
+		if err := kube.Create(ctx, vm2); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = kube.Delete(ctx, vm2)
+			controlplane.Eventually(t, time.Minute, "KVMDomain proxy-2 gone", func() error {
+				if err := kube.Get(ctx, client.ObjectKeyFromObject(vm2), &v1alpha1.KVMDomain{}); !kerrors.IsNotFound(err) {
+					return fmt.Errorf("still there (%v)", err)
+				}
+				return nil
+			})
+		})
+		controlplane.Eventually(t, time.Minute, "KVMDomain proxy-2 refused on the cordoned host", func() error {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(vm2), vm2); err != nil {
+				return err
+			}
+			s := vm2.GetCondition(xpv2.TypeSynced)
+			if s.Status != corev1.ConditionFalse || !strings.Contains(s.Message, "is cordoned") {
+				return fmt.Errorf("Synced=%s %q", s.Status, s.Message)
+			}
+			return nil
+		})
+		if exists(t, "dominfo", ns+"_proxy-2") {
+			t.Error("a domain was defined for the KVMDomain refused on the cordoned host")
+		}
+		if err := ready(vm)(); err != nil {
+			t.Errorf("the existing KVMDomain on the cordoned host: %v", err)
+		}
+		if !strings.Contains(virsh(t, "domstate", name), "running") {
+			t.Error("the existing domain stopped running when its host was cordoned")
+		}
+	})
+
 	t.Run("ChangedSeedIsSwitchedTo", func(t *testing.T) {
 		seed := &v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-1"}}
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(seed), seed); err != nil {
