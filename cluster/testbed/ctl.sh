@@ -4,6 +4,7 @@
 #   ctl.sh start-virtlogd|start-libvirtd|start-sshd
 #   ctl.sh restart-sshd       stop sshd (recorded PID) and its sessions, start it again
 #   ctl.sh restart-libvirtd   stop libvirtd (recorded PID), start it again, wait for the socket
+#   ctl.sh stop-libvirtd      stop libvirtd (recorded PID); start-libvirtd starts it again
 #   ctl.sh kill-ssh-sessions  kill sshd's per-connection children (drops every SSH connection)
 #   ctl.sh count-ssh-conns    established TCP connections to 127.0.0.1:$SSH_PORT inside $NS
 #   ctl.sh reset              remove what an earlier run that was cut left: its test processes
@@ -115,10 +116,11 @@ case "${1:-}" in
   start-sshd) start_sshd ;;
   restart-sshd) kill_sessions; stop_one sshd 5; start_sshd ;;
   restart-libvirtd) stop_one libvirtd 5; start_libvirtd ;;
+  stop-libvirtd) stop_one libvirtd 5 ;;
   kill-ssh-sessions) kill_sessions ;;
   count-ssh-conns)
     out=$(ip netns exec "$NS" ss -Htn state established "( dport = :$SSH_PORT )")
     if [ -z "$out" ]; then echo 0; else printf '%s\n' "$out" | wc -l; fi ;;
   reset) reset ;;
-  *) sed -n '2,12p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,13p' "$0" >&2; exit 2 ;;
 esac

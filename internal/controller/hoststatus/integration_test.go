@@ -246,6 +246,26 @@ func TestHostStatusOnRealHost(t *testing.T) {
 		}
 	})
 
+	t.Run("LibvirtdStopped", func(t *testing.T) {
+		// libvirtd stopped (sshd still answers): the config is unready within a minute, with
+		// the reason; started again: Ready within a minute.
+		tb.Control(t, "stop-libvirtd")
+		t.Cleanup(func() { tb.Control(t, "start-libvirtd") })
+		t0 := time.Now()
+		controlplane.Eventually(t, time.Minute, "bed unready with libvirtd stopped", func() error {
+			r := get("bed").Status.GetCondition(xpv2.TypeReady)
+			if r.Status != corev1.ConditionFalse {
+				return fmt.Errorf("Ready %s %s", r.Status, r.Reason)
+			}
+			t.Logf("libvirtd stopped -> %s %s after %.1fs: %s", r.Status, r.Reason, time.Since(t0).Seconds(), r.Message)
+			return nil
+		})
+		tb.Control(t, "start-libvirtd")
+		t0 = time.Now()
+		controlplane.Eventually(t, time.Minute, "bed Ready again with libvirtd started", ready("bed"))
+		t.Logf("libvirtd started -> Ready after %.1fs", time.Since(t0).Seconds())
+	})
+
 	t.Run("CallsPerRead", func(t *testing.T) {
 		const kind = "HostStatusIT"
 		conn := tb.Connect(t)
