@@ -124,7 +124,9 @@ func TestHostStatusOnRealHost(t *testing.T) {
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
 	lvs := lv.NewShared()
-	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error { return Setup(m, o, conns, lvs, imagecache.NewShared()) })
+	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error {
+		return Setup(m, o, conns, lvs, imagecache.NewShared())
+	})
 	ctx := context.Background()
 
 	get := func(name string) *v1alpha1.ClusterProviderConfig {

@@ -2,7 +2,6 @@ package hoststatus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"testing"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
@@ -208,11 +209,11 @@ func TestObjectsAndRemove(t *testing.T) {
 	}
 	// A second look reads only the torn record again (it may be being written), not the
 	// valid one.
-	before := h.Storage.Calls["Download"]
+	before := h.Calls["Download"]
 	if _, err := m.Objects(ctx, h, "h", rd); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.Storage.Calls["Download"] - before; n != 1 {
+	if n := h.Calls["Download"] - before; n != 1 {
 		t.Errorf("records downloaded by a second look: %d, want 1 (the torn one)", n)
 	}
 

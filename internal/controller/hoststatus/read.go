@@ -88,7 +88,7 @@ type hostMemo struct {
 	// records are the volume ownership records read by the orphan sweep, by pool and
 	// record volume name: written once, they are read once while they exist.
 	records map[string]RecordOwner
-	pools map[string]golibvirt.StoragePool
+	pools   map[string]golibvirt.StoragePool
 	// vols is by pool and volume name.
 	vols map[string]volMemo
 }

@@ -1,8 +1,8 @@
 package hoststatus
 
 import (
-	"strings"
 	"context"
+	"strings"
 	"testing"
 	"time"
 

@@ -233,20 +233,7 @@ func (r *Reconciler) sweep(ctx context.Context, obj client.Object, spec *v1alpha
 	}
 	r.memo.setSeen(cfg, d.Seen)
 
-	removed := map[Object]bool{}
-	for _, o := range d.Delete {
-		err := confirmGone(ctx, r.api, o)
-		if err == nil {
-			err = removeOrphan(ctx, h, o)
-		}
-		if err != nil {
-			r.record.Event(obj, event.Warning(ReasonOrphanSweepErr, errors.Wrapf(err, "cannot remove orphan %s", o.Display())))
-			continue
-		}
-		removed[o] = true
-		r.record.Event(obj, event.Normal(ReasonOrphanRemoved, fmt.Sprintf("Removed orphan %s: its %s %s/%s (UID %s) no longer exists",
-			o.Display(), kindOf(o), o.Owner.Namespace, o.Owner.Name, o.Owner.UID)))
-	}
+	removed := r.removeAll(ctx, obj, h, d.Delete)
 	imagesRemoved := 0
 	if policy == v1alpha1.OrphansDelete && obj.GetNamespace() == "" {
 		imagesRemoved = r.sweepImages(ctx, obj, cfg, f.Grace, images, rd)
@@ -269,6 +256,26 @@ func (r *Reconciler) sweep(ctx context.Context, obj client.Object, spec *v1alpha
 			st.Count, policy, strings.Join(st.Names, ", "))))
 	}
 	return st
+}
+
+// removeAll removes the orphans del, each once the API server confirms its owner is gone,
+// with an event each, and returns those it removed.
+func (r *Reconciler) removeAll(ctx context.Context, obj client.Object, h SweepHost, del []Object) map[Object]bool {
+	removed := map[Object]bool{}
+	for _, o := range del {
+		err := confirmGone(ctx, r.api, o)
+		if err == nil {
+			err = removeOrphan(ctx, h, o)
+		}
+		if err != nil {
+			r.record.Event(obj, event.Warning(ReasonOrphanSweepErr, errors.Wrapf(err, "cannot remove orphan %s", o.Display())))
+			continue
+		}
+		removed[o] = true
+		r.record.Event(obj, event.Normal(ReasonOrphanRemoved, fmt.Sprintf("Removed orphan %s: its %s %s/%s (UID %s) no longer exists",
+			o.Display(), kindOf(o), o.Owner.Namespace, o.Owner.Name, o.Owner.UID)))
+	}
+	return removed
 }
 
 // confirmGone asks the API server, past the cache the decision's lists came from, whether
