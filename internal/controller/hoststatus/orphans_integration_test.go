@@ -135,7 +135,7 @@ func TestOrphanSweepOnRealHost(t *testing.T) {
 		}
 		return &v1alpha1.HostOrphans{}
 	}
-	wantNames := []string{"domain " + orphanDom, "volume " + tb.Pool + "/" + orphanVol, "volume " + tb.Pool + "/" + usedVol}
+	wantNames := []string{"domain " + orphanDom, "volume " + tb.Pool + "/" + usedVol, "volume " + tb.Pool + "/" + orphanVol}
 	controlplane.Eventually(t, time.Minute, "the orphans reported", func() error {
 		if o := orphans(); !slices.Equal(o.Names, wantNames) || o.Count != 3 {
 			return fmt.Errorf("orphans %+v, want %v", o, wantNames)
