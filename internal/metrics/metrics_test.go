@@ -63,6 +63,11 @@ func TestCounters(t *testing.T) {
 	c.ConnectFailed("10.0.0.6:22")
 	c.ConnectFailed("10.0.0.7:22")
 	c.Reachable("10.0.0.7:22")
+	c.Orphans("ClusterProviderConfig/default", 3)
+	c.Orphans("ClusterProviderConfig/default", 2)
+	c.OrphansDeleted("ClusterProviderConfig/default", 0)
+	c.OrphansDeleted("ClusterProviderConfig/default", 1)
+	c.OrphansDeleted("ProviderConfig/team-a/own", 2)
 	want := `
 # HELP provider_kvm_libvirt_calls_total libvirt RPCs made, by the managed resource kind whose reconcile made them (other when unknown) and the RPC.
 # TYPE provider_kvm_libvirt_calls_total counter
@@ -79,8 +84,15 @@ provider_kvm_host_connect_failures_total{host="10.0.0.7:22"} 1
 # TYPE provider_kvm_host_unreachable gauge
 provider_kvm_host_unreachable{host="10.0.0.6:22"} 1
 provider_kvm_host_unreachable{host="10.0.0.7:22"} 0
+# HELP provider_kvm_host_orphans Orphans (objects with the provider's ownership record whose managed resource is gone) the config's last host status read found.
+# TYPE provider_kvm_host_orphans gauge
+provider_kvm_host_orphans{config="ClusterProviderConfig/default"} 2
+# HELP provider_kvm_host_orphans_deleted_total Orphans removed from the host through the config (spec.orphans: Delete).
+# TYPE provider_kvm_host_orphans_deleted_total counter
+provider_kvm_host_orphans_deleted_total{config="ClusterProviderConfig/default"} 1
+provider_kvm_host_orphans_deleted_total{config="ProviderConfig/team-a/own"} 2
 `
-	if err := testutil.GatherAndCompare(r, strings.NewReader(want), CallsName, ConnectionsName, FailuresName, UnreachableName); err != nil {
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want), CallsName, ConnectionsName, FailuresName, UnreachableName, OrphansName, OrphansDelName); err != nil {
 		t.Error(err)
 	}
 }
