@@ -5,8 +5,13 @@
 // connection the managed resources use, and raises events when a host becomes unready, a pool
 // falls under 10% free, or a host is cordoned (spec.unschedulable).
 //
-// The pure parts are in status.go (condition, figures, events); what a read asks of the host
-// and remembers between polls is in read.go.
+// After each successful read it sweeps the host for orphans (sweep.go): objects with our
+// ownership record whose managed resource is gone, listed in status.host.orphans and removed
+// under spec.orphans: Delete after the grace period.
+//
+// The pure parts are in status.go (condition, figures, events) and orphans.go (which objects
+// are orphans, which may go now); what a read asks of the host and remembers between polls is
+// in read.go; cached base images are swept through the image cache (images.go).
 package hoststatus
 
 import (
