@@ -26,6 +26,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/hostconfig"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 )
 
 const secretBytes = "PRIVATE-KEY-MATERIAL-NEVER-SHOWN"
@@ -182,12 +183,16 @@ func TestReconcileOrphans(t *testing.T) {
 		events    []event.Reason
 		// api holds what the API server has past the cache (nil: the same as the cache).
 		api []runtime.Object
+		// swept are the pools whose cached images were swept (the fake removes one each).
+		swept []string
 	}{
 		"CacheLags": {
 			reason: "the cache lists no KVMDomain, but the API server has the records' owner: nothing is removed",
 			policy: v1alpha1.OrphansDelete,
 			api:    []runtime.Object{&v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "proxy", UID: "u1"}}},
-			want:   &v1alpha1.HostOrphans{Count: 2, Names: []string{"domain team-a_proxy", "domain team-b_db"}, Deleted: 1},
+			want:   &v1alpha1.HostOrphans{Count: 2, Names: []string{"domain team-a_proxy", "domain team-b_db"}, Deleted: 2},
+			swept:  []string{"default"},
+			events: []event.Reason{ReasonOrphanRemoved},
 		},
 		"ListFails": {
 			reason:  "a list that cannot be read is never taken for empty: no decision, the last orphans stay",
@@ -201,11 +206,12 @@ func TestReconcileOrphans(t *testing.T) {
 			want:   &v1alpha1.HostOrphans{Count: 2, Names: []string{"domain team-a_proxy", "domain team-b_db"}, Deleted: 1},
 		},
 		"Delete": {
-			reason:    "Delete with no grace removes both orphan domains, with an event each",
+			reason:    "Delete with no grace removes both orphan domains and sweeps the pool's cached images, with an event each",
 			policy:    v1alpha1.OrphansDelete,
-			want:      &v1alpha1.HostOrphans{Count: 0, Deleted: 3},
+			want:      &v1alpha1.HostOrphans{Count: 0, Deleted: 4},
 			undefined: 2,
-			events:    []event.Reason{ReasonOrphanRemoved, ReasonOrphanRemoved},
+			swept:     []string{"default"},
+			events:    []event.Reason{ReasonOrphanRemoved, ReasonOrphanRemoved, ReasonOrphanRemoved},
 		},
 	}
 	for name, tc := range cases {
@@ -233,8 +239,13 @@ func TestReconcileOrphans(t *testing.T) {
 			r := &Reconciler{kube: kube, api: api, ops: cpcOps, conns: &fakeConns{}, memo: NewMemo(time.Now, DefaultRecheck), record: rec, log: logging.NewNopLogger(),
 				poll: time.Minute, unreadyPoll: 15 * time.Second, timeout: time.Minute,
 				host: func(*host.Conn, *hostconfig.Resolved) Host { return h }}
+			is := &fakeImages{}
+			r.images = func(*host.Conn, *hostconfig.Resolved, imagecache.Liveness) ImageSweeper { return is }
 			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}); err != nil {
 				t.Fatalf("%s\nReconcile(): %v", tc.reason, err)
+			}
+			if diff := cmp.Diff(tc.swept, is.pools); diff != "" {
+				t.Errorf("%s\npools whose cached images were swept: -want, +got:\n%s", tc.reason, diff)
 			}
 			got := &v1alpha1.ClusterProviderConfig{}
 			if err := kube.Get(context.Background(), types.NamespacedName{Name: "a"}, got); err != nil {
@@ -257,5 +268,51 @@ func TestReconcileOrphans(t *testing.T) {
 				t.Errorf("%s\nremoval events: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// fakeImages is an image sweep that removes one volume per pool.
+type fakeImages struct{ pools []string }
+
+func (f *fakeImages) Sweep(_ context.Context, pool string) ([]string, map[string]error, error) {
+	f.pools = append(f.pools, pool)
+	return []string{"pkvm-base-x.qcow2"}, nil, nil
+}
+
+// TestReconcileOrphansNamespaced: a ProviderConfig with orphans: Delete removes only orphans
+// whose record names its namespace, and never sweeps cached images (shared by every
+// namespace).
+func TestReconcileOrphansNamespaced(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = v1alpha1.SchemeBuilder.AddToScheme(s)
+	_ = corev1.AddToScheme(s)
+	key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "key"},
+		Data: map[string][]byte{"id": []byte(secretBytes), "known_hosts": []byte("h ssh-ed25519 AAAA")}}
+	pc := &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "own"}, Spec: cpc(false).Spec}
+	pc.Spec.Credentials.SecretRef.Namespace, pc.Spec.KnownHosts.SecretRef.Namespace = "", ""
+	pc.Spec.Orphans, pc.Spec.OrphanGracePeriod = v1alpha1.OrphansDelete, &metav1.Duration{}
+	kube := fake.NewClientBuilder().WithScheme(s).WithRuntimeObjects(pc, key).WithStatusSubresource(&v1alpha1.ProviderConfig{}).Build()
+	h := newFakeHost()
+	h.metadata["team-b_db"] = `<owner><managedBy>provider-kvm</managedBy><uid>u2</uid><namespace>team-b</namespace><name>db</name></owner>`
+	is := &fakeImages{}
+	r := &Reconciler{kube: kube, api: kube, ops: pcOps, conns: &fakeConns{}, memo: NewMemo(time.Now, DefaultRecheck), record: &recorder{}, log: logging.NewNopLogger(),
+		poll: time.Minute, unreadyPoll: 15 * time.Second, timeout: time.Minute,
+		host:   func(*host.Conn, *hostconfig.Resolved) Host { return h },
+		images: func(*host.Conn, *hostconfig.Resolved, imagecache.Liveness) ImageSweeper { return is }}
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team-b", Name: "own"}}); err != nil {
+		t.Fatalf("Reconcile(): %v", err)
+	}
+	got := &v1alpha1.ProviderConfig{}
+	if err := kube.Get(context.Background(), types.NamespacedName{Namespace: "team-b", Name: "own"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&v1alpha1.HostOrphans{Count: 0, Deleted: 1}, got.Status.Host.Orphans); diff != "" {
+		t.Errorf("status.host.orphans: -want, +got:\n%s", diff)
+	}
+	if h.calls["UndefineDomain team-b_db"] != 1 || h.calls["UndefineDomain team-a_proxy"] != 0 {
+		t.Errorf("undefined: %v; want team-b_db only", h.calls)
+	}
+	if len(is.pools) != 0 {
+		t.Errorf("a ProviderConfig swept the cached images of %v", is.pools)
 	}
 }
