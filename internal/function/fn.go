@@ -97,7 +97,8 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		what = xr.GetKind() + " " + xr.GetNamespace() + "/" + xr.GetName()
 	}
 
-	if _, err := readPolicy(req); err != nil { // the platform's policy: placement and rules use it
+	pol, err := readPolicy(req) // the platform's policy: placement and rules use it
+	if err != nil {
 		return err
 	}
 	var spec ProxySpec
@@ -107,6 +108,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	p, err := spec.Validate()
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)
+	}
+	if err := applyRules(pol.Rules, &p, what); err != nil {
+		return err
 	}
 	ns, err := targetNamespace(xr)
 	if err != nil {

@@ -43,12 +43,25 @@ func st(t *testing.T, y string) *structpb.Struct {
 	return s
 }
 
-// newRequest builds a RunFunctionRequest from an XR and observed composed resources by name.
+// testPolicy is the step input of the tests' requests: the defaults, and the origins the
+// tests' probes use allowed.
+const testPolicy = `
+apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1
+kind: ProxyPolicy
+destinations:
+  allowedRanges:
+  - {name: libvirt-host, cidr: 192.168.122.1/32}
+  - {name: lab, cidr: 10.1.0.0/16}
+`
+
+// newRequest builds a RunFunctionRequest from an XR and observed composed resources by name,
+// with testPolicy as its input.
 func newRequest(t *testing.T, xr string, observed map[string]string) *fnv1.RunFunctionRequest {
 	t.Helper()
 	req := &fnv1.RunFunctionRequest{
 		Meta:     &fnv1.RequestMeta{Tag: "test"},
 		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: st(t, xr)}},
+		Input:    st(t, testPolicy),
 	}
 	if len(observed) > 0 {
 		req.Observed.Resources = map[string]*fnv1.Resource{}
