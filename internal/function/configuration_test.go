@@ -155,7 +155,7 @@ func checkSpecFields(t *testing.T, s map[string]any) {
 	for k := range spec {
 		fields = append(fields, k)
 	}
-	want := []string{"allowedCIDRs", "diskSizeGiB", "host", "image", "memoryMiB", "port", "probe", "squidDirectives", "sshAuthorizedKeys", "vcpu"}
+	want := []string{"allowedCIDRs", "allowedDomains", "diskSizeGiB", "host", "image", "memoryMiB", "port", "probe", "squidDirectives", "sshAuthorizedKeys", "vcpu"}
 	if d := cmp.Diff(want, sorted(fields)); d != "" {
 		t.Errorf("spec fields (-want +got):\n%s", d)
 	}

@@ -72,6 +72,12 @@ type squidUnderTest struct {
 // it until the test ends.
 func startSquid(t *testing.T, p Proxy, hosts string) squidUnderTest {
 	t.Helper()
+	return startSquidConf(t, p, hosts, func(c string) string { return c })
+}
+
+// startSquidConf is startSquid with the configuration changed by edit first.
+func startSquidConf(t *testing.T, p Proxy, hosts string, edit func(string) string) squidUnderTest {
+	t.Helper()
 	bin := squidBinary(t)
 	// Not t.TempDir(): its parent is private to root, and squid drops root for nobody.
 	dir, err := os.MkdirTemp("", "squid-test-")
@@ -84,7 +90,7 @@ func startSquid(t *testing.T, p Proxy, hosts string) squidUnderTest {
 	}
 	port := freePort(t)
 	p.Port = int32(port)
-	conf := SquidConf(p, "proxy-test")
+	conf := edit(SquidConf(p, "proxy-test"))
 	conf = strings.ReplaceAll(conf, SquidAccessLog, "stdio:"+dir+"/access.log")
 	conf = strings.ReplaceAll(conf, SquidWouldDenyLog, "stdio:"+dir+"/would-deny.log")
 	conf = strings.Replace(conf, fmt.Sprintf("http_port %d\n", port), fmt.Sprintf("http_port 127.0.0.1:%d\n", port), 1)
@@ -303,6 +309,17 @@ func TestRealSquidDestinationRules(t *testing.T) {
 			check(t, s, "http://[fe80::1]/", denied("ERR_PROXY_DST_LINK_LOCAL", "proxy_dst_link_local"))
 		})
 	}
+
+	// The control: the same team line placed before the platform's denies (where the function
+	// never puts it) lets the loopback origin through, so the cases above would see it.
+	t.Run("ControlTeamLineBeforeDenies", func(t *testing.T) {
+		p := realSquidProxy(t, ppv1.DestinationEnforce, nil, []string{"http_access allow all"})
+		s := startSquidConf(t, p, hosts, func(c string) string {
+			c = strings.Replace(c, "http_access allow all\n", "", 1)
+			return strings.Replace(c, "http_access deny !proxy_clients\n", "http_access allow all\nhttp_access deny !proxy_clients\n", 1)
+		})
+		check(t, s, "http://127.0.0.1:"+loopback+"/", ok)
+	})
 
 	// Report: nothing is denied, and each would-be denial is logged with its rule.
 	t.Run("Report", func(t *testing.T) {
