@@ -64,8 +64,12 @@ type NamedPrefix struct {
 
 // reDomain is squid's dstdomain grammar as the function accepts it: a lower-case DNS name,
 // optionally with one leading dot (the name and every name under it). The last label starts
-// with a letter, so an IP address is not a domain. The XRDs carry the same pattern.
+// with a letter, so an IP address is not a domain; an IPv4 address is accepted apart
+// (reIPv4), matched as the URL writes it. The XRDs carry the same patterns.
 var reDomain = regexp.MustCompile(`^\.?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// reIPv4 is an IPv4 address as a URL's host: squid's dstdomain -n matches it as written.
+var reIPv4 = regexp.MustCompile(`^[0-9]{1,3}(\.[0-9]{1,3}){3}$`)
 
 const maxDomainLen = 254
 
@@ -76,8 +80,12 @@ func checkDomain(d string) string {
 		return fmt.Sprintf("must be at most %d characters", maxDomainLen)
 	case strings.Contains(d, "*"):
 		return fmt.Sprintf("%q has a '*': squid's dstdomain has no such wildcard; write .example.com for example.com and every name under it", d)
+	case reIPv4.MatchString(d):
+		if a, err := netip.ParseAddr(d); err != nil || !a.Is4() {
+			return fmt.Sprintf("%q is not an IPv4 address", d)
+		}
 	case !reDomain.MatchString(d):
-		return fmt.Sprintf("%q is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it)", d)
+		return fmt.Sprintf("%q is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it), nor an IPv4 address", d)
 	}
 	return ""
 }
@@ -351,18 +359,18 @@ var reservedACLs = map[string]bool{
 // let the client choose its own address), run programs in the guest, or silence the logs
 // that say why a request was denied.
 var forbiddenDirectives = map[string]string{
-	"include":                   "it reads configuration the platform did not check",
-	"follow_x_forwarded_for":    "it lets a client choose the address the client rules see",
-	"cache_peer":                "a peer is reached without the destination rules",
-	"external_acl_type":         "it runs a program in the guest",
-	"auth_param":                "it runs a program in the guest",
-	"sslcrtd_program":           "it runs a program in the guest",
-	"sslcrtvalidator_program":   "it runs a program in the guest",
-	"logfile_daemon":            "it runs a program in the guest",
-	"unlinkd_program":           "it runs a program in the guest",
-	"loadable_modules":          "it loads code into squid",
-	"access_log":                "the access log says why requests are denied; the platform sets it",
-	"error_directory":           "the denial pages name the platform's rules; the platform sets them",
+	"include":                 "it reads configuration the platform did not check",
+	"follow_x_forwarded_for":  "it lets a client choose the address the client rules see",
+	"cache_peer":              "a peer is reached without the destination rules",
+	"external_acl_type":       "it runs a program in the guest",
+	"auth_param":              "it runs a program in the guest",
+	"sslcrtd_program":         "it runs a program in the guest",
+	"sslcrtvalidator_program": "it runs a program in the guest",
+	"logfile_daemon":          "it runs a program in the guest",
+	"unlinkd_program":         "it runs a program in the guest",
+	"loadable_modules":        "it loads code into squid",
+	"access_log":              "the access log says why requests are denied; the platform sets it",
+	"error_directory":         "the denial pages name the platform's rules; the platform sets them",
 }
 
 // forbiddenPrefixes are directive families a team may not use: request rewriting and

@@ -228,13 +228,15 @@ func TestCheckDomain(t *testing.T) {
 		"localhost":         "",
 		"example.*":         `"example.*" has a '*': squid's dstdomain has no such wildcard; write .example.com for example.com and every name under it`,
 		"*.example.com":     `"*.example.com" has a '*': squid's dstdomain has no such wildcard; write .example.com for example.com and every name under it`,
-		"Example.com":       `"Example.com" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it)`,
-		"10.0.0.1":          `"10.0.0.1" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it)`,
-		"..example.com":     `"..example.com" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it)`,
-		"example.com.":      `"example.com." is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it)`,
-		"-a.example.com":    `"-a.example.com" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it)`,
-		"a b":               `"a b" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it)`,
-		".":                 `"." is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it)`,
+		"Example.com":       `"Example.com" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it), nor an IPv4 address`,
+		"10.0.0.1":          "",
+		"10.0.0.300":        `"10.0.0.300" is not an IPv4 address`,
+		".10.0.0.1":         `".10.0.0.1" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it), nor an IPv4 address`,
+		"..example.com":     `"..example.com" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it), nor an IPv4 address`,
+		"example.com.":      `"example.com." is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it), nor an IPv4 address`,
+		"-a.example.com":    `"-a.example.com" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it), nor an IPv4 address`,
+		"a b":               `"a b" is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it), nor an IPv4 address`,
+		".":                 `"." is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it), nor an IPv4 address`,
 	} {
 		if got := checkDomain(d); got != want {
 			t.Errorf("checkDomain(%q) = %q, want %q", d, got, want)
@@ -302,4 +304,3 @@ limits: {maxVCPU: 2}
 		t.Errorf("composed %d resources, want none", n)
 	}
 }
-

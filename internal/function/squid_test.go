@@ -123,7 +123,7 @@ func startSquidConf(t *testing.T, p Proxy, hosts string, edit func(string) strin
 		t.Fatalf("squid -k parse: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "-N", "-d", "1", "-f", filepath.Join(dir, "squid.conf")) //nolint:gosec // the test's own squid
-	log, err := os.Create(filepath.Join(dir, "squid.out")) //nolint:gosec // the test's own file
+	log, err := os.Create(filepath.Join(dir, "squid.out"))                            //nolint:gosec // the test's own file
 	if err != nil {
 		t.Fatal(err)
 	}
