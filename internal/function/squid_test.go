@@ -85,7 +85,7 @@ func startSquidConf(t *testing.T, p Proxy, hosts string, edit func(string) strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil { //nolint:gosec // squid, as nobody, writes its logs here
+	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	port := freePort(t)
@@ -112,18 +112,18 @@ func startSquidConf(t *testing.T, p Proxy, hosts string, edit func(string) strin
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil { //nolint:gosec // test files squid must read
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Logf("proxy.conf:\n%s", conf)
 
-	check := exec.Command(bin, "-k", "parse", "-f", filepath.Join(dir, "squid.conf")) //nolint:gosec // the test's own squid
+	check := exec.Command(bin, "-k", "parse", "-f", filepath.Join(dir, "squid.conf"))
 	if out, err := check.CombinedOutput(); err != nil || strings.Contains(string(out), "ERROR") || strings.Contains(string(out), "WARNING: ") && !strings.Contains(string(out), "error text file") && !strings.Contains(string(out), "error language files") {
 		t.Fatalf("squid -k parse: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "-N", "-d", "1", "-f", filepath.Join(dir, "squid.conf")) //nolint:gosec // the test's own squid
-	log, err := os.Create(filepath.Join(dir, "squid.out"))                            //nolint:gosec // the test's own file
+	cmd := exec.Command(bin, "-N", "-d", "1", "-f", filepath.Join(dir, "squid.conf"))
+	log, err := os.Create(filepath.Join(dir, "squid.out"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,11 +67,11 @@ func TestSquidConfGolden(t *testing.T) {
 			got := b.String()
 			path := filepath.Join("testdata", "squid", name+".conf")
 			if *updateSquid {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil { //nolint:gosec // a test's golden file
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
-			want, err := os.ReadFile(path) //nolint:gosec // a test's golden file
+			want, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatalf("%v (run with -update-squid to write it)", err)
 			}
