@@ -116,6 +116,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)
 	}
+	if pending, err := checkBudget(req, rsp, pol.Budgets, xr, p, ns); pending || err != nil {
+		return errors.Wrapf(err, "%s breaks the platform's policy", what) // nil while the budget's resources are pending
+	}
 	n := NamesFor(baseName(xr))
 
 	observed, err := request.GetObservedComposedResources(req)

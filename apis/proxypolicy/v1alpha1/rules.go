@@ -38,6 +38,10 @@ type Rules struct {
 	// Destinations say where a Proxy's clients may go.
 	// +optional
 	Destinations *Destinations `json:"destinations,omitempty"`
+
+	// Budgets are totals per namespace of vCPUs, memory and Proxies. Missing: none.
+	// +optional
+	Budgets *Budgets `json:"budgets,omitempty"`
 }
 
 // Limits are the most one Proxy may ask for. A missing field has the default written on it.
@@ -143,4 +147,47 @@ type NamedRange struct {
 	// CIDR is the network, such as 10.77.0.0/24.
 	// +kubebuilder:validation:MaxLength=64
 	CIDR string `json:"cidr"`
+}
+
+// Budgets are totals a namespace's Proxies may hold together.
+type Budgets struct {
+	// Default is the budget of every namespace not listed in Namespaces. Missing: such
+	// namespaces have no budget.
+	// +optional
+	Default *Budget `json:"default,omitempty"`
+
+	// Namespaces have budgets of their own.
+	// +optional
+	// +kubebuilder:validation:MaxItems=1024
+	// +listType=map
+	// +listMapKey=namespace
+	Namespaces []NamespaceBudget `json:"namespaces,omitempty"`
+}
+
+// Budget is what a namespace's Proxies may hold together. A missing field is no limit.
+type Budget struct {
+	// MaxVCPU is the most vCPUs of all the namespace's Proxies together.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxVCPU *int64 `json:"maxVCPU,omitempty"`
+
+	// MaxMemoryMiB is the most memory of all the namespace's Proxies together, in MiB.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxMemoryMiB *int64 `json:"maxMemoryMiB,omitempty"`
+
+	// MaxProxies is the most Proxies (and ProxyClaims) in the namespace.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxProxies *int64 `json:"maxProxies,omitempty"`
+}
+
+// NamespaceBudget is the budget of one namespace.
+type NamespaceBudget struct {
+	// Namespace is the namespace's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+
+	Budget `json:",inline"`
 }
