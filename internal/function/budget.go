@@ -53,16 +53,34 @@ func checkBudget(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, bu
 	if b == nil || (b.MaxVCPU == nil && b.MaxMemoryMiB == nil && b.MaxProxies == nil) {
 		return false, nil
 	}
+	// Every response asks for them, so that Crossplane sees the requirements stable and keeps
+	// the response made with them.
+	requireHolders(rsp, ns)
+	all, pending, err := holders(req, ns)
+	if err != nil || pending {
+		return pending, err
+	}
+	// This Proxy is the Proxy itself, or for a legacy XR its claim. Its own spec counts as it
+	// is now; one the list lacks (not seen yet) comes last.
+	self := holder{created: time.Unix(1<<40, 0), kind: "Proxy", name: xr.GetName(), vcpu: int64(p.VCPU), mem: int64(p.MemoryMiB)}
+	if xr.GetNamespace() == "" {
+		self.kind = "ProxyClaim"
+		self.name, _ = xr.GetString("spec.claimRef.name")
+	}
+	return false, admit(b, ns, all, self)
+}
+
+// holders are the namespace's Proxies and ProxyClaims as Crossplane sent them; pending while
+// it has not sent them yet.
+func holders(req *fnv1.RunFunctionRequest, ns string) ([]holder, bool, error) {
 	var all []holder
+	pending := false
 	for name, kind := range map[string]string{requiredProxies: "Proxy", requiredClaims: "ProxyClaim"} {
 		items, ok, err := request.GetRequiredResource(req, name)
 		if err != nil {
-			return false, errors.Wrapf(err, "cannot read the required %ss", kind)
+			return nil, false, errors.Wrapf(err, "cannot read the required %ss", kind)
 		}
-		if !ok {
-			pending = true
-			continue
-		}
+		pending = pending || !ok
 		for _, it := range items {
 			u := it.Resource
 			if u.GetKind() != kind || u.GetNamespace() != ns {
@@ -73,41 +91,39 @@ func checkBudget(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, bu
 				mem:  intOr(unstructuredInt(u.Object, "spec", "memoryMiB"), DefaultMemoryMiB)})
 		}
 	}
-	if pending {
-		if rsp.Requirements == nil {
-			rsp.Requirements = &fnv1.Requirements{}
-		}
-		if rsp.Requirements.Resources == nil {
-			rsp.Requirements.Resources = map[string]*fnv1.ResourceSelector{}
-		}
-		for name, kind := range map[string]string{requiredProxies: "Proxy", requiredClaims: "ProxyClaim"} {
-			rsp.Requirements.Resources[name] = &fnv1.ResourceSelector{
-				ApiVersion: proxyAPIVersion, Kind: kind, Namespace: &ns,
-				Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{}}},
-			}
-		}
-		return true, nil
-	}
+	return all, pending, nil
+}
 
-	// This Proxy is the Proxy itself, or for a legacy XR its claim. Its own spec counts as it
-	// is now; one the list lacks (not seen yet) comes last.
-	selfKind, selfName := "Proxy", xr.GetName()
-	if xr.GetNamespace() == "" {
-		selfKind = "ProxyClaim"
-		selfName, _ = xr.GetString("spec.claimRef.name")
+// requireHolders asks Crossplane for every Proxy and ProxyClaim of the namespace.
+func requireHolders(rsp *fnv1.RunFunctionResponse, ns string) {
+	if rsp.Requirements == nil {
+		rsp.Requirements = &fnv1.Requirements{}
 	}
-	self := holder{created: time.Unix(1<<40, 0), kind: selfKind, name: selfName, vcpu: int64(p.VCPU), mem: int64(p.MemoryMiB)}
-	var others []holder
+	if rsp.Requirements.Resources == nil {
+		rsp.Requirements.Resources = map[string]*fnv1.ResourceSelector{}
+	}
+	for name, kind := range map[string]string{requiredProxies: "Proxy", requiredClaims: "ProxyClaim"} {
+		rsp.Requirements.Resources[name] = &fnv1.ResourceSelector{
+			ApiVersion: proxyAPIVersion, Kind: kind, Namespace: &ns,
+			Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{}}},
+		}
+	}
+}
+
+// admit orders the namespace's holders by creation (then kind and name) and says whether self
+// and every holder before it fit the budget.
+func admit(b *ppv1.Budget, ns string, all []holder, self holder) error {
+	ordered := []holder{}
 	for _, h := range all {
-		if h.kind == selfKind && h.name == selfName {
+		if h.kind == self.kind && h.name == self.name {
 			self.created = h.created
 			continue
 		}
-		others = append(others, h)
+		ordered = append(ordered, h)
 	}
-	all = append(others, self)
-	sort.SliceStable(all, func(i, j int) bool {
-		a, b := all[i], all[j]
+	ordered = append(ordered, self)
+	sort.SliceStable(ordered, func(i, j int) bool {
+		a, b := ordered[i], ordered[j]
 		if !a.created.Equal(b.created) {
 			return a.created.Before(b.created)
 		}
@@ -118,7 +134,7 @@ func checkBudget(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, bu
 	})
 	var before holder
 	n := int64(0)
-	for _, h := range all {
+	for _, h := range ordered {
 		if h.kind == self.kind && h.name == self.name {
 			break
 		}
@@ -138,9 +154,9 @@ func checkBudget(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, bu
 		errs = append(errs, fmt.Sprintf("namespace %s's budget is %d Proxies (policy budgets); %d were created before this one", ns, *b.MaxProxies, n))
 	}
 	if len(errs) > 0 {
-		return false, errors.New(strings.Join(errs, "; "))
+		return errors.New(strings.Join(errs, "; "))
 	}
-	return false, nil
+	return nil
 }
 
 // unstructuredInt reads an integer field (a JSON number: int64 or float64), nil when missing.

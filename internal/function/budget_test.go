@@ -124,7 +124,7 @@ spec: {image: {baseImageName: debian-12}, vcpu: 4}
 			if got := len(rsp.GetDesired().GetResources()) > 0; got != tc.composed {
 				t.Errorf("%s\ncomposed = %v, want %v", tc.reason, got, tc.composed)
 			}
-			if tc.proxies == nil {
+			if tc.want == nil {
 				sel := rsp.GetRequirements().GetResources()[requiredProxies]
 				if sel.GetKind() != "Proxy" || sel.GetNamespace() != "team-a" || sel.GetMatchLabels() == nil {
 					t.Errorf("%s\nrequirement %s = %v, want every Proxy of team-a", tc.reason, requiredProxies, sel)
