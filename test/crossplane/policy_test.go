@@ -77,6 +77,28 @@ func policyCases() []renderCase {
 		refused("domain-wildcard", "", "  allowedDomains: [.debian.org, \"debian.*\"]\n",
 			`spec.allowedDomains[1]: "debian.*" has a '*': squid's dstdomain has no such wildcard; write .example.com for example.com and every name under it`),
 		{
+			name: "policy-budget", composition: compositionV2, xrd: xrdV2, wantFail: true,
+			policy: strictPolicy + "budgets:\n  namespaces:\n  - {namespace: team-a, maxVCPU: 3}\n",
+			xrYAML: strings.Replace(policyProxy("late", "  allowedCIDRs: [10.0.0.0/8]\n  vcpu: 2\n"), "namespace: team-a}", "namespace: team-a, creationTimestamp: \"2026-12-01T10:00:05Z\"}", 1),
+			// An earlier Proxy of team-a holds 2 vCPUs; another namespace's does not count.
+			required: `
+apiVersion: platform.kvm.crossplane.io/v1alpha1
+kind: Proxy
+metadata: {name: early, namespace: team-a, creationTimestamp: "2026-12-01T10:00:00Z"}
+spec: {image: {baseImageName: debian-12}, vcpu: 2}
+---
+apiVersion: platform.kvm.crossplane.io/v1alpha1
+kind: Proxy
+metadata: {name: elsewhere, namespace: team-b, creationTimestamp: "2026-12-01T09:00:00Z"}
+spec: {image: {baseImageName: debian-12}, vcpu: 2}
+`,
+			check: func(t *testing.T, out rendered) {
+				if w := "Proxy team-a/late breaks the platform's policy: spec.vcpu: namespace team-a's budget is 3 vCPUs (policy budgets); the Proxies created before this one hold 2 and this one asks for 2"; !strings.Contains(out.stderr, w) {
+					t.Errorf("render's error does not say %q:\n%s", w, out.stderr)
+				}
+			},
+		},
+		{
 			name: "policy-bad-input", composition: compositionV2, xrd: xrdV2, wantFail: true,
 			policy: "apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1\nkind: ProxyPolicy\ndestinations: {mode: Audit}\n",
 			xrYAML: policyProxy("bad-input", ""),
@@ -258,4 +280,14 @@ colour: blue
 			}
 		})
 	}
+}
+
+// writeYAMLDocs writes a multi-document YAML file and returns its path.
+func writeYAMLDocs(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	f := filepath.Join(dir, name)
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -42,6 +42,7 @@ type renderCase struct {
 	check       func(t *testing.T, out rendered)
 	xrYAML      string // the XR itself, when xr is "" and this is set (policy_test.go)
 	policy      string // the compose-proxy step's input instead of the Composition's own
+	required    string // --required-resources: YAML of the objects functions may ask for
 }
 
 // TestRender renders the Proxy Compositions with function-kvm-proxy and function-auto-ready
@@ -206,6 +207,9 @@ func TestRender(t *testing.T) {
 			args := []string{"render", xr, tc.composition, functions, "--xrd=" + tc.xrd, "--include-function-results"}
 			if tc.observed != "" {
 				args = append(args, "--observed-resources="+tc.observed)
+			}
+			if tc.required != "" {
+				args = append(args, "--required-resources="+writeYAMLDocs(t, t.TempDir(), "required.yaml", tc.required))
 			}
 			if tc.fullXR {
 				args = append(args, "--include-full-xr")
