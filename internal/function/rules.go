@@ -9,6 +9,8 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	ppv1 "github.com/provider-kvm/provider-kvm/apis/proxypolicy/v1alpha1"
 )
 
@@ -194,6 +196,7 @@ func ResolveRules(in ppv1.Rules) (Rules, error) { //nolint:gocyclo // a flat lis
 		}
 	}
 	r.Destinations.DefaultDomains = d.DefaultAllowedDomains
+	checkBudgets(in.Budgets, bad)
 
 	if len(errs) > 0 {
 		return Rules{}, errors.New(strings.Join(errs, "; "))
@@ -209,6 +212,35 @@ func applyRules(in ppv1.Rules, p *Proxy, what string) error {
 		return err
 	}
 	return errors.Wrapf(r.Apply(p), "%s breaks the platform's policy", what)
+}
+
+// checkBudgets reports negative budgets and namespaces listed twice or misspelt.
+func checkBudgets(b *ppv1.Budgets, bad func(field, format string, a ...any)) {
+	if b == nil {
+		return
+	}
+	check := func(field string, v ppv1.Budget) {
+		for _, f := range []struct {
+			name string
+			v    *int64
+		}{{"maxVCPU", v.MaxVCPU}, {"maxMemoryMiB", v.MaxMemoryMiB}, {"maxProxies", v.MaxProxies}} {
+			if f.v != nil && *f.v < 0 {
+				bad(field+"."+f.name, "must not be negative, got %d", *f.v)
+			}
+		}
+	}
+	if b.Default != nil {
+		check("budgets.default", *b.Default)
+	}
+	seen := map[string]bool{}
+	for i, n := range b.Namespaces {
+		field := fmt.Sprintf("budgets.namespaces[%d]", i)
+		if len(validation.IsDNS1123Label(n.Namespace)) > 0 || seen[n.Namespace] {
+			bad(field+".namespace", "%q must be a namespace name listed once", n.Namespace)
+		}
+		seen[n.Namespace] = true
+		check(field, n.Budget)
+	}
 }
 
 var reRangeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$`)

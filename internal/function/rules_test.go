@@ -68,6 +68,14 @@ func TestResolveRulesRefusesABadPolicy(t *testing.T) {
 			err: errors.New(`function input (ProxyPolicy) probe.url: "https://x/" is not an http:// URL; ` +
 				`function input (ProxyPolicy) probe.expectedStatus: must be an HTTP status between 100 and 599, got 99`),
 		},
+		"Budgets": {
+			reason: "a budget names a namespace once and is never negative",
+			in: ppv1.Rules{Budgets: &ppv1.Budgets{Namespaces: []ppv1.NamespaceBudget{
+				{Namespace: "team-a", Budget: ppv1.Budget{MaxProxies: ptr.To[int64](-1)}}, {Namespace: "team-a"},
+			}}},
+			err: errors.New(`function input (ProxyPolicy) budgets.namespaces[0].maxProxies: must not be negative, got -1; ` +
+				`function input (ProxyPolicy) budgets.namespaces[1].namespace: "team-a" must be a namespace name listed once`),
+		},
 		"Limits": {
 			reason: "a limit below what any Proxy needs is refused",
 			in:     ppv1.Rules{Limits: &ppv1.Limits{MaxVCPU: ptr.To[int64](0), MaxMemoryMiB: ptr.To[int64](64)}},
