@@ -1,11 +1,16 @@
 package function
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	extv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
@@ -310,5 +315,65 @@ limits: {maxVCPU: 2}
 	}
 	if n := len(rsp.GetDesired().GetResources()); n != 0 {
 		t.Errorf("composed %d resources, want none", n)
+	}
+}
+
+// TestPolicyCRDDefaultsAreTheFunctions: the input's CRD (what crossplane beta validate and
+// readers see) states the defaults the function applies.
+func TestPolicyCRDDefaultsAreTheFunctions(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "package", "function", "input", "proxy.fn.kvm.crossplane.io_proxypolicies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd extv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
+		t.Fatal(err)
+	}
+	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
+	def := func(path ...string) any {
+		p := root
+		var s extv1.JSONSchemaProps
+		for _, x := range path {
+			s = p[x]
+			p = s.Properties
+		}
+		if s.Default == nil {
+			return nil
+		}
+		var v any
+		if err := json.Unmarshal(s.Default.Raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	r, err := ResolveRules(ppv1.Rules{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied []any
+	for _, c := range r.Destinations.Denied {
+		denied = append(denied, string(c))
+	}
+	var clients []any
+	for _, c := range DefaultClientCIDRs {
+		clients = append(clients, c)
+	}
+	for _, c := range []struct {
+		path []string
+		want any
+	}{
+		{[]string{"limits", "maxVCPU"}, float64(r.MaxVCPU)},
+		{[]string{"limits", "maxMemoryMiB"}, float64(r.MaxMemoryMiB)},
+		{[]string{"limits", "maxDiskSizeGiB"}, float64(r.MaxDiskSizeGiB)},
+		{[]string{"clientCIDRs"}, clients},
+		{[]string{"allowSquidDirectives"}, r.AllowSquidDirectives},
+		{[]string{"allowSSHKeys"}, r.AllowSSHKeys},
+		{[]string{"destinations", "mode"}, string(ppv1.DestinationEnforce)},
+		{[]string{"destinations", "deniedRanges"}, denied},
+		{[]string{"probe", "expectedStatus"}, float64(DefaultExpectedStatus)},
+	} {
+		if diff := cmp.Diff(c.want, def(c.path...)); diff != "" {
+			t.Errorf("CRD default of %v: -function +CRD:\n%s", c.path, diff)
+		}
 	}
 }
