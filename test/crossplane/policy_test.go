@@ -189,9 +189,10 @@ func withPolicy(t *testing.T, file, policy string) string {
 }
 
 // TestValidatePolicy runs `crossplane beta validate` on the Compositions' ProxyPolicy inputs
-// against the input's CRD (package/function/input): the shipped policy passes, a bad one is
-// refused field by field. Crossplane does not validate a step's input itself, so this is
-// where a typo in the platform's policy shows before the function reports it.
+// on their own against the input's CRD (package/function/input): the shipped policy passes, a
+// bad one is refused field by field. (TestValidate validates them inside the Compositions.) A
+// cluster never validates a step's input, so this is where a typo in the platform's policy
+// shows before the function reports it.
 func TestValidatePolicy(t *testing.T) {
 	cli := crossplaneCLI(t)
 	cache := seedValidateCache(t, cli)
