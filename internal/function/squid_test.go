@@ -118,10 +118,7 @@ func startSquidConf(t *testing.T, p Proxy, hosts string, edit func(string) strin
 	}
 	t.Logf("proxy.conf:\n%s", conf)
 
-	check := exec.Command(bin, "-k", "parse", "-f", filepath.Join(dir, "squid.conf"))
-	if out, err := check.CombinedOutput(); err != nil || strings.Contains(string(out), "ERROR") || strings.Contains(string(out), "WARNING: ") && !strings.Contains(string(out), "error text file") && !strings.Contains(string(out), "error language files") {
-		t.Fatalf("squid -k parse: %v\n%s", err, out)
-	}
+	squidParse(t, bin, filepath.Join(dir, "squid.conf"))
 	cmd := exec.Command(bin, "-N", "-d", "1", "-f", filepath.Join(dir, "squid.conf"))
 	log, err := os.Create(filepath.Join(dir, "squid.out"))
 	if err != nil {
@@ -165,6 +162,57 @@ func startSquidConf(t *testing.T, p Proxy, hosts string, edit func(string) strin
 		}
 	}
 	return squidUnderTest{dir: dir, addr: addr}
+}
+
+// squidParse fails the test unless `squid -k parse` reads the configuration without an error
+// or a warning (but the one about error pages a test directory lacks).
+func squidParse(t *testing.T, bin, conf string) {
+	t.Helper()
+	out, err := exec.Command(bin, "-k", "parse", "-f", conf).CombinedOutput()
+	for _, l := range strings.Split(string(out), "\n") {
+		if (strings.Contains(l, "ERROR") || strings.Contains(l, "WARNING")) && !strings.Contains(l, "error text file") && !strings.Contains(l, "error language files") {
+			t.Errorf("squid -k parse: %s", l)
+		}
+	}
+	if err != nil || t.Failed() {
+		t.Fatalf("squid -k parse: %v\n%s", err, out)
+	}
+}
+
+// TestRealSquidParsesTheGoldenFiles: every configuration in testdata/squid is one squid reads
+// without an error or a warning.
+func TestRealSquidParsesTheGoldenFiles(t *testing.T) {
+	bin := squidBinary(t)
+	files, err := filepath.Glob(filepath.Join("testdata", "squid", "*.conf"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf, _, _ := strings.Cut(string(b), "\n# ---- ")
+			dir := t.TempDir()
+			conf = strings.ReplaceAll(conf, SquidAccessLog, "stdio:"+dir+"/access.log")
+			conf = strings.ReplaceAll(conf, SquidWouldDenyLog, "stdio:"+dir+"/would-deny.log")
+			for name, content := range map[string]string{
+				"squid.conf":        fmt.Sprintf(squidTestMainConf, dir, ""),
+				"conf.d/proxy.conf": conf,
+				"hosts":             "",
+			} {
+				path := filepath.Join(dir, name)
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			squidParse(t, bin, filepath.Join(dir, "squid.conf"))
+		})
+	}
 }
 
 func freePort(t *testing.T) int {

@@ -3,6 +3,7 @@ package function
 import (
 	"fmt"
 	"html"
+	"net/netip"
 	"strings"
 
 	ppv1 "github.com/provider-kvm/provider-kvm/apis/proxypolicy/v1alpha1"
@@ -89,7 +90,7 @@ func SquidConf(p Proxy, hostname string) string {
 	line("http_port %d", p.Port)
 	line("visible_hostname %s", hostname)
 	for _, c := range p.AllowedCIDRs {
-		line("acl %s src %s", aclClients, c)
+		line("acl %s src %s", aclClients, squidNet(c))
 	}
 	if len(p.AllowedDomains) > 0 {
 		// -n: an IP address in the URL is matched as written, never looked up in reverse DNS.
@@ -98,7 +99,7 @@ func SquidConf(p Proxy, hostname string) string {
 	dst := p.Destinations
 	if len(dst.Denied) > 0 {
 		for _, a := range dst.Allowed {
-			line("acl %s dst %s # %s", aclDstAllowed, a.Prefix, a.Name)
+			line("acl %s dst %s # %s", aclDstAllowed, squidNet(a.Prefix), a.Name)
 		}
 	}
 	for _, c := range dst.Denied {
@@ -139,6 +140,19 @@ func SquidConf(p Proxy, hostname string) string {
 	}
 	line("http_access allow %s", aclClients)
 	return b.String()
+}
+
+// squidNet is a network as squid's src and dst acls take it. Squid refuses a /0 ("needs to be
+// replaced by the term 'all'", which would take both address families), so a /0 is its two
+// halves.
+func squidNet(p netip.Prefix) string {
+	if p.Bits() != 0 {
+		return p.String()
+	}
+	if p.Addr().Is4() {
+		return "0.0.0.0/1 128.0.0.0/1"
+	}
+	return "::/1 8000::/1"
 }
 
 // SquidErrorPage is a denial page squid answers with (deny_info), an error page template.
