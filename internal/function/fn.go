@@ -25,7 +25,8 @@
 // in the spec is ignored, so a claim cannot compose into another team's namespace.
 //
 // An invalid spec (an unparsable CIDR, a port out of range, both or neither image ways, a
-// multi-line directive) is a fatal result naming every bad field; nothing is composed.
+// multi-line directive) is a fatal result naming every bad field; nothing is composed. So is a
+// Proxy that breaks the platform's ProxyPolicy, the step's input (rules.go, budget.go).
 package function
 
 import (
