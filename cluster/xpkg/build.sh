@@ -88,7 +88,12 @@ stage() {
 (cd package && ls crds/*.yaml) >"$WORK/crds.list"
 mapfile -t crds <"$WORK/crds.list"
 stage provider crossplane.yaml "${crds[@]}"
-stage function function/crossplane.yaml
+# The function's input CRD (ProxyPolicy) travels with it, as function-template-go's
+# package/input does: Crossplane installs it with the Function, so tools can explain and
+# validate a Composition's input against it.
+(cd package && ls function/input/*.yaml) >"$WORK/function-input.list"
+mapfile -t fninput <"$WORK/function-input.list"
+stage function function/crossplane.yaml "${fninput[@]}"
 stage configuration configuration/crossplane.yaml configuration/xrd.yaml configuration/xrd-legacy.yaml \
 	configuration/composition.yaml configuration/composition-legacy.yaml
 

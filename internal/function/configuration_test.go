@@ -8,11 +8,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
 	xpv1 "github.com/crossplane/crossplane/apis/v2/apiextensions/v1"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/apiextensions/v2"
 	metav1pkg "github.com/crossplane/crossplane/apis/v2/pkg/meta/v1"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 )
 
 const configDir = "../../package/configuration"
@@ -155,7 +157,7 @@ func checkSpecFields(t *testing.T, s map[string]any) {
 	for k := range spec {
 		fields = append(fields, k)
 	}
-	want := []string{"allowedCIDRs", "diskSizeGiB", "host", "image", "memoryMiB", "port", "probe", "squidDirectives", "sshAuthorizedKeys", "vcpu"}
+	want := []string{"allowedCIDRs", "allowedDomains", "diskSizeGiB", "host", "image", "memoryMiB", "port", "probe", "squidDirectives", "sshAuthorizedKeys", "vcpu"}
 	if d := cmp.Diff(want, sorted(fields)); d != "" {
 		t.Errorf("spec fields (-want +got):\n%s", d)
 	}
@@ -185,6 +187,28 @@ func checkSpecFields(t *testing.T, s map[string]any) {
 	}
 }
 
+// compositionInput is the input of a Composition's compose-proxy step, as the function gets it.
+func compositionInput(t *testing.T, file string) *structpb.Struct {
+	t.Helper()
+	var c xpv1.Composition
+	readStrict(t, file, &c)
+	for _, s := range c.Spec.Pipeline {
+		if s.Step == "compose-proxy" && s.Input != nil {
+			var m map[string]any
+			if err := json.Unmarshal(s.Input.Raw, &m); err != nil {
+				t.Fatal(err)
+			}
+			in, err := structpb.NewStruct(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return in
+		}
+	}
+	t.Fatalf("%s has no compose-proxy step with an input", file)
+	return nil
+}
+
 func TestCompositions(t *testing.T) {
 	for file, kind := range map[string]string{"composition.yaml": "Proxy", "composition-legacy.yaml": "XProxy"} {
 		var c xpv1.Composition
@@ -204,6 +228,19 @@ func TestCompositions(t *testing.T) {
 			t.Errorf("%s pipeline (-want +got):\n%s", file, d)
 		}
 	}
+	// Both Compositions give the function the same policy, and the function reads it.
+	v2, legacyIn := compositionInput(t, "composition.yaml"), compositionInput(t, "composition-legacy.yaml")
+	if d := cmp.Diff(v2.AsMap(), legacyIn.AsMap()); d != "" {
+		t.Errorf("the Compositions' ProxyPolicy inputs differ (-composition.yaml +composition-legacy.yaml):\n%s", d)
+	}
+	pol, err := readPolicy(&fnv1.RunFunctionRequest{Input: v2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ResolveRules(pol.Rules); err != nil {
+		t.Errorf("composition.yaml's ProxyPolicy: %v", err)
+	}
+
 	var legacy xpv1.Composition
 	readStrict(t, "composition-legacy.yaml", &legacy)
 	if legacy.Spec.WriteConnectionSecretsToNamespace == nil || *legacy.Spec.WriteConnectionSecretsToNamespace != "crossplane-system" {

@@ -25,7 +25,8 @@
 // in the spec is ignored, so a claim cannot compose into another team's namespace.
 //
 // An invalid spec (an unparsable CIDR, a port out of range, both or neither image ways, a
-// multi-line directive) is a fatal result naming every bad field; nothing is composed.
+// multi-line directive) is a fatal result naming every bad field; nothing is composed. So is a
+// Proxy that breaks the platform's ProxyPolicy, the step's input (rules.go, budget.go).
 package function
 
 import (
@@ -97,7 +98,8 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		what = xr.GetKind() + " " + xr.GetNamespace() + "/" + xr.GetName()
 	}
 
-	if _, err := readPolicy(req); err != nil { // the platform's policy: placement and rules use it
+	pol, err := readPolicy(req) // the platform's policy: placement and rules use it
+	if err != nil {
 		return err
 	}
 	var spec ProxySpec
@@ -108,9 +110,15 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)
 	}
+	if err := applyRules(pol.Rules, &p, what); err != nil {
+		return err
+	}
 	ns, err := targetNamespace(xr)
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)
+	}
+	if pending, err := checkBudget(req, rsp, pol.Budgets, xr, p, ns); pending || err != nil {
+		return errors.Wrapf(err, "%s breaks the platform's policy", what) // nil while the budget's resources are pending
 	}
 	n := NamesFor(baseName(xr))
 

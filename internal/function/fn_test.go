@@ -43,12 +43,25 @@ func st(t *testing.T, y string) *structpb.Struct {
 	return s
 }
 
-// newRequest builds a RunFunctionRequest from an XR and observed composed resources by name.
+// testPolicy is the step input of the tests' requests: the defaults, and the origins the
+// tests' probes use allowed.
+const testPolicy = `
+apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1
+kind: ProxyPolicy
+destinations:
+  allowedRanges:
+  - {name: libvirt-host, cidr: 192.168.122.1/32}
+  - {name: lab, cidr: 10.1.0.0/16}
+`
+
+// newRequest builds a RunFunctionRequest from an XR and observed composed resources by name,
+// with testPolicy as its input.
 func newRequest(t *testing.T, xr string, observed map[string]string) *fnv1.RunFunctionRequest {
 	t.Helper()
 	req := &fnv1.RunFunctionRequest{
 		Meta:     &fnv1.RequestMeta{Tag: "test"},
 		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: st(t, xr)}},
+		Input:    st(t, testPolicy),
 	}
 	if len(observed) > 0 {
 		req.Observed.Resources = map[string]*fnv1.Resource{}
@@ -287,25 +300,54 @@ func TestUserDataOfFullProxy(t *testing.T) {
 	if err := yaml.UnmarshalStrict([]byte(ud), &cc); err != nil {
 		t.Fatalf("user-data: %v\n%s", err, ud)
 	}
-	if len(cc.WriteFiles) != 1 {
-		t.Fatalf("want 1 file in write_files, got %d", len(cc.WriteFiles))
+	var paths []string
+	for _, f := range cc.WriteFiles {
+		paths = append(paths, f.Path)
+		if f.Owner != "root:root" || f.Permissions != "0644" {
+			t.Errorf("%s: owner %s, permissions %s", f.Path, f.Owner, f.Permissions)
+		}
+	}
+	wantPaths := []string{"/etc/squid/conf.d/proxy.conf"}
+	for _, pg := range []string{"LOOPBACK", "LINK_LOCAL", "PRIVATE", "CGNAT", "UNIQUE_LOCAL"} {
+		wantPaths = append(wantPaths, "/usr/share/squid/errors/templates/ERR_PROXY_DST_"+pg)
+	}
+	if d := cmp.Diff(wantPaths, paths); d != "" {
+		t.Fatalf("write_files (-want +got):\n%s", d)
 	}
 	f := cc.WriteFiles[0]
-	if f.Path != "/etc/squid/conf.d/proxy.conf" || f.Owner != "root:root" || f.Permissions != "0644" {
-		t.Errorf("write_files[0] = %s %s %s", f.Path, f.Owner, f.Permissions)
-	}
 	wantConf := []string{
 		"# Written by provider-kvm's function-kvm-proxy. Changes are lost on re-provisioning.",
 		"http_port 8080",
+		"visible_hostname egress",
 		"acl proxy_clients src 10.1.0.0/16",
 		"acl proxy_clients src 192.168.122.0/24",
 		"acl proxy_clients src fd00::/8",
-		"http_access allow proxy_clients",
-		"visible_hostname egress",
+		"acl proxy_dst_allowed dst 192.168.122.1/32 # libvirt-host",
+		"acl proxy_dst_allowed dst 10.1.0.0/16 # lab",
+		"acl proxy_dst_loopback dst 127.0.0.0/8 0.0.0.0/8 ::1/128 ::/128",
+		"acl proxy_dst_link_local dst 169.254.0.0/16 fe80::/10",
+		"acl proxy_dst_private dst 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16",
+		"acl proxy_dst_cgnat dst 100.64.0.0/10",
+		"acl proxy_dst_unique_local dst fc00::/7",
+		"deny_info ERR_PROXY_DST_LOOPBACK proxy_dst_loopback",
+		"deny_info ERR_PROXY_DST_LINK_LOCAL proxy_dst_link_local",
+		"deny_info ERR_PROXY_DST_PRIVATE proxy_dst_private",
+		"deny_info ERR_PROXY_DST_CGNAT proxy_dst_cgnat",
+		"deny_info ERR_PROXY_DST_UNIQUE_LOCAL proxy_dst_unique_local",
+		"logformat proxy_kvm %ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %[un %Sh/%<a %mt %err_code",
+		"access_log daemon:/var/log/squid/access.log logformat=proxy_kvm",
+		"http_access deny !proxy_clients",
+		"http_access deny !proxy_dst_allowed proxy_dst_loopback",
+		"http_access deny !proxy_dst_allowed proxy_dst_link_local",
+		"http_access deny !proxy_dst_allowed proxy_dst_private",
+		"http_access deny !proxy_dst_allowed proxy_dst_cgnat",
+		"http_access deny !proxy_dst_allowed proxy_dst_unique_local",
+		"# The Proxy's squidDirectives: after the platform's deny rules, so they can only narrow access.",
 		"cache deny all",
 		"acl blocked dstdomain .example.com # runcmd: [evil]",
 		"http_access deny blocked",
 		"- key: value",
+		"http_access allow proxy_clients",
 		"",
 	}
 	if d := cmp.Diff(wantConf, strings.Split(f.Content, "\n")); d != "" {
@@ -335,15 +377,30 @@ func TestUserDataWithoutSSHKeys(t *testing.T) {
 	if cc.SSHAuthorizedKeys != nil {
 		t.Errorf("ssh_authorized_keys = %q, want none", cc.SSHAuthorizedKeys)
 	}
-	wantConf := "# Written by provider-kvm's function-kvm-proxy. Changes are lost on re-provisioning.\n" +
-		"http_port 3128\n" +
-		"acl proxy_clients src 10.0.0.0/8\n" +
-		"acl proxy_clients src 172.16.0.0/12\n" +
-		"acl proxy_clients src 192.168.0.0/16\n" +
-		"http_access allow proxy_clients\n" +
-		"visible_hostname web\n"
-	if d := cmp.Diff(wantConf, cc.WriteFiles[0].Content); d != "" {
-		t.Errorf("squid configuration (-want +got):\n%s", d)
+	// The whole configuration is in testdata/squid (TestSquidConfGolden); here, the rules'
+	// order: clients, then destinations, then the allow.
+	conf := cc.WriteFiles[0].Content
+	var access []string
+	for _, l := range strings.Split(conf, "\n") {
+		if strings.HasPrefix(l, "http_access ") || strings.HasPrefix(l, "http_port ") {
+			access = append(access, l)
+		}
+	}
+	wantAccess := []string{
+		"http_port 3128",
+		"http_access deny !proxy_clients",
+		"http_access deny !proxy_dst_allowed proxy_dst_loopback",
+		"http_access deny !proxy_dst_allowed proxy_dst_link_local",
+		"http_access deny !proxy_dst_allowed proxy_dst_private",
+		"http_access deny !proxy_dst_allowed proxy_dst_cgnat",
+		"http_access deny !proxy_dst_allowed proxy_dst_unique_local",
+		"http_access allow proxy_clients",
+	}
+	if d := cmp.Diff(wantAccess, access); d != "" {
+		t.Errorf("squid configuration's access rules (-want +got):\n%s", d)
+	}
+	if !strings.Contains(conf, "acl proxy_clients src 192.168.0.0/16\n") {
+		t.Errorf("squid configuration lacks the default client networks:\n%s", conf)
 	}
 }
 

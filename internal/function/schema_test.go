@@ -156,16 +156,22 @@ func TestXRDSchemaAndFunctionAgree(t *testing.T) {
 			spec:      `{image: {baseImageName: deb}, sshAuthorizedKeys: ["a\nb"]}`,
 			schemaErr: "spec.sshAuthorizedKeys[0]",
 		},
-		"PortZero":     {spec: "{image: {baseImageName: deb}, port: 0}", schemaErr: "spec.port"},
-		"PortTooHigh":  {spec: "{image: {baseImageName: deb}, port: 65536}", schemaErr: "spec.port"},
-		"NoCIDRs":      {spec: "{image: {baseImageName: deb}, allowedCIDRs: []}", schemaErr: "spec.allowedCIDRs"},
-		"CIDRNoMask":   {spec: "{image: {baseImageName: deb}, allowedCIDRs: [10.0.0.1]}", schemaErr: "spec.allowedCIDRs[0]"},
-		"ProbeHTTPS":   {spec: "{image: {baseImageName: deb}, probe: {url: 'https://x/'}}", schemaErr: "spec.probe.url"},
-		"ProbeNoURL":   {spec: "{image: {baseImageName: deb}, probe: {expectedStatus: 200}}", schemaErr: "spec.probe.url"},
-		"HostInvalid":  {spec: "{image: {baseImageName: deb}, host: Lab_Host}", schemaErr: "spec.host"},
-		"VCPUZero":     {spec: "{image: {baseImageName: deb}, vcpu: 0}", schemaErr: "spec.vcpu"},
-		"MemoryTiny":   {spec: "{image: {baseImageName: deb}, memoryMiB: 64}", schemaErr: "spec.memoryMiB"},
-		"UnknownField": {spec: "{image: {baseImageName: deb}, namespace: other}", fnOK: true}, // pruned by the API server; ignored by the function
+		"PortZero":        {spec: "{image: {baseImageName: deb}, port: 0}", schemaErr: "spec.port"},
+		"PortTooHigh":     {spec: "{image: {baseImageName: deb}, port: 65536}", schemaErr: "spec.port"},
+		"NoCIDRs":         {spec: "{image: {baseImageName: deb}, allowedCIDRs: []}", schemaErr: "spec.allowedCIDRs"},
+		"CIDRNoMask":      {spec: "{image: {baseImageName: deb}, allowedCIDRs: [10.0.0.1]}", schemaErr: "spec.allowedCIDRs[0]"},
+		"ProbeHTTPS":      {spec: "{image: {baseImageName: deb}, probe: {url: 'https://x/'}}", schemaErr: "spec.probe.url"},
+		"ProbeNoURL":      {spec: "{image: {baseImageName: deb}, probe: {expectedStatus: 200}}", schemaErr: "spec.probe.url"},
+		"HostInvalid":     {spec: "{image: {baseImageName: deb}, host: Lab_Host}", schemaErr: "spec.host"},
+		"VCPUZero":        {spec: "{image: {baseImageName: deb}, vcpu: 0}", schemaErr: "spec.vcpu"},
+		"MemoryTiny":      {spec: "{image: {baseImageName: deb}, memoryMiB: 64}", schemaErr: "spec.memoryMiB"},
+		"DomainWildcard":  {spec: "{image: {baseImageName: deb}, allowedDomains: [.example.com, www.example.org, 192.168.122.1]}", fnOK: true},
+		"DomainStarTLD":   {spec: "{image: {baseImageName: deb}, allowedDomains: ['example.*']}", schemaErr: "spec.allowedDomains[0]"},
+		"DomainStarLabel": {spec: "{image: {baseImageName: deb}, allowedDomains: ['*.example.com']}", schemaErr: "spec.allowedDomains[0]"},
+		"DomainUpperCase": {spec: "{image: {baseImageName: deb}, allowedDomains: [Example.com]}", schemaErr: "spec.allowedDomains[0]"},
+		"DomainsEmpty":    {spec: "{image: {baseImageName: deb}, allowedDomains: []}", schemaErr: "spec.allowedDomains"},
+		"DomainBadIPv4":   {spec: "{image: {baseImageName: deb}, allowedDomains: [10.0.0.300]}", fnOK: false}, // the schema checks the shape only
+		"UnknownField":    {spec: "{image: {baseImageName: deb}, namespace: other}", fnOK: true},              // pruned by the API server; ignored by the function
 		// The schema only checks the shape of a CIDR; the function parses it.
 		"CIDRBadOctet": {spec: "{image: {baseImageName: deb}, allowedCIDRs: [10.0.0.300/8]}", fnOK: false},
 	}
@@ -237,7 +243,9 @@ func TestExamples(t *testing.T) {
 				t.Fatalf("schema rejects it: %v", errs.ToAggregate())
 			}
 			j, _ := json.Marshal(xr)
-			rsp := run(t, newRequest(t, string(j), nil))
+			req := newRequest(t, string(j), nil)
+			req.Input = compositionInput(t, "composition.yaml") // the shipped policy admits the examples
+			rsp := run(t, req)
 			mustNoFatal(t, rsp)
 			for name, o := range desired(rsp) {
 				if ns := o["metadata"].(map[string]any)["namespace"]; ns != tc.wantNS {

@@ -38,6 +38,7 @@ const (
 	maxSSHKeyLen    = 8192
 	maxSSHKeys      = 32
 	maxCIDRs        = 64
+	maxDomains      = 256
 	maxURLLen       = 2048
 	minExpectedCode = 100
 	maxExpectedCode = 599
@@ -63,6 +64,7 @@ type ProxySpec struct {
 	DiskSizeGiB       *int64     `json:"diskSizeGiB,omitempty"`
 	Port              *int64     `json:"port,omitempty"`
 	AllowedCIDRs      []string   `json:"allowedCIDRs,omitempty"`
+	AllowedDomains    []string   `json:"allowedDomains,omitempty"`
 	SquidDirectives   []string   `json:"squidDirectives,omitempty"`
 	SSHAuthorizedKeys []string   `json:"sshAuthorizedKeys,omitempty"`
 	Probe             *ProbeSpec `json:"probe,omitempty"`
@@ -92,10 +94,12 @@ type Proxy struct {
 	DiskSizeGiB       *int32
 	Port              int32
 	AllowedCIDRs      []netip.Prefix
+	AllowedDomains    []string // squid dstdomain entries; empty: any domain
 	SquidDirectives   []string
 	SSHAuthorizedKeys []string
 	ProbeURL          string // empty: probe the port with TCP
 	ProbeStatus       int32
+	Destinations      Destinations // the platform's destination rules (Rules.Apply)
 }
 
 // Validate checks a ProxySpec and returns it defaulted. It reports every problem at once,
@@ -173,6 +177,21 @@ func (s ProxySpec) Validate() (Proxy, error) { //nolint:gocyclo // a flat list o
 			continue
 		}
 		p.AllowedCIDRs = append(p.AllowedCIDRs, pfx.Masked())
+	}
+
+	if s.AllowedDomains != nil && len(s.AllowedDomains) == 0 {
+		bad("allowedDomains", "must list at least one domain; leave it out for the platform's default")
+	}
+	if len(s.AllowedDomains) > maxDomains {
+		bad("allowedDomains", "must list at most %d domains, got %d", maxDomains, len(s.AllowedDomains))
+	}
+	for i, d := range s.AllowedDomains {
+		if m := checkDomain(d); m != "" {
+			bad(fmt.Sprintf("allowedDomains[%d]", i), "%s", m)
+		}
+	}
+	if s.AllowedDomains != nil {
+		p.AllowedDomains = squidDomains(s.AllowedDomains)
 	}
 
 	if len(s.SquidDirectives) > maxDirectives {

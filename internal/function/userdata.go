@@ -1,9 +1,6 @@
 package function
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"sigs.k8s.io/yaml"
@@ -33,36 +30,21 @@ type writeFile struct {
 	Content     string `json:"content"`
 }
 
-// SquidConf renders the squid configuration of a proxy: its port, one acl line per allowed
-// network, the allow rule, a visible_hostname (the guest has no DNS to look its name up) and
-// the user's extra directives, one per line.
-func SquidConf(p Proxy, hostname string) string {
-	var b strings.Builder
-	b.WriteString("# Written by provider-kvm's function-kvm-proxy. Changes are lost on re-provisioning.\n")
-	fmt.Fprintf(&b, "http_port %d\n", p.Port)
-	for _, c := range p.AllowedCIDRs {
-		fmt.Fprintf(&b, "acl proxy_clients src %s\n", c)
-	}
-	b.WriteString("http_access allow proxy_clients\n")
-	fmt.Fprintf(&b, "visible_hostname %s\n", hostname)
-	for _, d := range p.SquidDirectives {
-		b.WriteString(d)
-		b.WriteString("\n")
-	}
-	return b.String()
-}
-
 // UserData renders the #cloud-config user-data of a proxy: the squid configuration as a
 // file, the SSH keys, and commands that make squid listen on the proxy's port only and
 // (re)start it now and at every boot. The image must ship squid (Debian's package).
 func UserData(p Proxy, hostname string) (string, error) {
+	files := []writeFile{{
+		Path:        SquidConfPath,
+		Owner:       "root:root",
+		Permissions: "0644",
+		Content:     SquidConf(p, hostname),
+	}}
+	for _, pg := range SquidErrorPages(p) {
+		files = append(files, writeFile{Path: SquidErrorPagesDir + "/" + pg.Name, Owner: "root:root", Permissions: "0644", Content: pg.Content})
+	}
 	cc := cloudConfig{
-		WriteFiles: []writeFile{{
-			Path:        SquidConfPath,
-			Owner:       "root:root",
-			Permissions: "0644",
-			Content:     SquidConf(p, hostname),
-		}},
+		WriteFiles:        files,
 		SSHAuthorizedKeys: p.SSHAuthorizedKeys,
 		RunCmd: [][]string{
 			{"sed", "-i", "-e", `s/^http_port[[:space:]]/# provider-kvm: see conf.d\/proxy.conf: &/`, squidMainConf},

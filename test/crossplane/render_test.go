@@ -40,6 +40,9 @@ type renderCase struct {
 	fullXR      bool   // --include-full-xr: print the XR's spec as defaulted by --xrd
 	wantFail    bool   // render exits non-zero (a fatal result)
 	check       func(t *testing.T, out rendered)
+	xrYAML      string // the XR itself, when xr is "" and this is set (policy_test.go)
+	policy      string // the compose-proxy step's input instead of the Composition's own
+	required    string // --required-resources: YAML of the objects functions may ask for
 }
 
 // TestRender renders the Proxy Compositions with function-kvm-proxy and function-auto-ready
@@ -187,16 +190,26 @@ func TestRender(t *testing.T) {
 			},
 		},
 	}
+	cases = append(cases, policyCases()...)
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			xr := tc.xr
-			if xr == "" {
+			switch {
+			case xr == "" && tc.xrYAML != "":
+				xr = writeYAML(t, t.TempDir(), "xr.yaml", tc.xrYAML)
+			case xr == "":
 				xr = legacyXR
+			}
+			if tc.policy != "" {
+				tc.composition = withPolicy(t, filepath.Join(root, tc.composition), tc.policy)
 			}
 			args := []string{"render", xr, tc.composition, functions, "--xrd=" + tc.xrd, "--include-function-results"}
 			if tc.observed != "" {
 				args = append(args, "--observed-resources="+tc.observed)
+			}
+			if tc.required != "" {
+				args = append(args, "--required-resources="+writeYAMLDocs(t, t.TempDir(), "required.yaml", tc.required))
 			}
 			if tc.fullXR {
 				args = append(args, "--include-full-xr")

@@ -20,7 +20,8 @@ var ourGroups = map[string]bool{"kvm.crossplane.io": true, "platform.kvm.crosspl
 
 // TestValidate runs `crossplane beta validate` offline: every example of ours (managed
 // resources, ProviderConfigs, Proxies, ProxyClaims) against package/crds and the XRDs, and
-// the Compositions and XRDs against Crossplane's own CRDs. Missing schemas are errors, and
+// the Compositions and XRDs against Crossplane's own CRDs, the Compositions' function inputs
+// against package/function/input. Missing schemas are errors, and
 // every resource must be reported as validated, so nothing passes by being skipped.
 func TestValidate(t *testing.T) {
 	cli := crossplaneCLI(t)
@@ -30,7 +31,7 @@ func TestValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	extensions := strings.Join([]string{"package/crds", xrdV2, xrdLegacy}, ",")
+	extensions := strings.Join([]string{"package/crds", xrdV2, xrdLegacy, "package/function/input"}, ",")
 
 	examples, names := ourExamples(t)
 	if len(names) < 10 {
@@ -75,6 +76,9 @@ spec:
 				"apiextensions.crossplane.io/v1, Kind=Composition, xproxies.platform.kvm.crossplane.io",
 				"apiextensions.crossplane.io/v2, Kind=CompositeResourceDefinition, proxies.platform.kvm.crossplane.io",
 				"apiextensions.crossplane.io/v1, Kind=CompositeResourceDefinition, xproxies.platform.kvm.crossplane.io",
+				// Each Composition's compose-proxy input, against package/function/input.
+				"proxy.fn.kvm.crossplane.io/v1alpha1, Kind=ProxyPolicy, ",
+				"proxy.fn.kvm.crossplane.io/v1alpha1, Kind=ProxyPolicy, ",
 			}),
 		},
 		{

@@ -68,7 +68,7 @@ func TestXpkgBuild(t *testing.T) {
 		},
 		{
 			name:    "function-kvm-proxy",
-			objects: []string{"meta.pkg.crossplane.io/v1beta1 Function function-kvm-proxy"},
+			objects: []string{"meta.pkg.crossplane.io/v1beta1 Function function-kvm-proxy", "apiextensions.k8s.io/v1 CustomResourceDefinition proxypolicies.proxy.fn.kvm.crossplane.io"},
 			image:   map[string]string{"usr/local/bin/function": "#!/bin/sh\necho stand-in\n"},
 			entry:   "/usr/local/bin/function",
 		},

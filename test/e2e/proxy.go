@@ -5,7 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -171,9 +173,38 @@ func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *
 	if code != 204 {
 		return fmt.Errorf("%s: GET %s through proxy %s answered %d (%v), want 204", label, e.probeURL, direct, code, err)
 	}
-	logf("  %s: Secret %s/%s url=%s ip=%s port=%s; Service (cluster IP %s) and EndpointSlice -> %s; GET %s through %s -> 204",
+	// The platform's destination rules (the shipped Compositions' ProxyPolicy): the metadata
+	// address and a private network outside the allowed ranges get squid's 403 naming the rule.
+	for target, page := range map[string]string{
+		"http://169.254.169.254/latest/meta-data/": "ERR_PROXY_DST_LINK_LOCAL",
+		"http://172.16.0.1:8080/":                  "ERR_PROXY_DST_PRIVATE",
+	} {
+		code, xerr, err := httpGetSquidError(ctx, direct, target, 20*time.Second)
+		if code != 403 || !strings.HasPrefix(xerr, page+" ") {
+			return fmt.Errorf("%s: GET %s through proxy %s answered %d, X-Squid-Error %q (%v); want 403 and %s", label, target, direct, code, xerr, err, page)
+		}
+	}
+	logf("  %s: Secret %s/%s url=%s ip=%s port=%s; Service (cluster IP %s) and EndpointSlice -> %s; GET %s through %s -> 204; the metadata address and 172.16.0.1 -> 403 naming the rule",
 		label, ns, secret, u, ip, p, svc.Spec.ClusterIP, ip, e.probeURL, direct)
 	return nil
+}
+
+// httpGetSquidError is httpGet through proxy that also returns squid's X-Squid-Error header.
+func httpGetSquidError(ctx context.Context, proxy *url.URL, u string, timeout time.Duration) (int, string, error) {
+	tr := &http.Transport{DisableKeepAlives: true, Proxy: http.ProxyURL(proxy)}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("X-Squid-Error"), nil
 }
 
 // composedLeft lists the managed resources and Secrets of XR composite still in the API.
