@@ -5,9 +5,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
-
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -95,9 +94,13 @@ func TestPlace(t *testing.T) {
 		},
 		"BadRatios": {
 			reason: "A host whose ratios are invalid is skipped with the ratio's message.",
-			hosts:  []Host{func() Host { h := host("a", 8, 64, 0, 0); h.RatiosErr = errors.New("spec.allocation.cpu must be above 0, got 0"); return h }()},
-			want:   small,
-			w:      want{skipped: []Skip{{Host: "a", Reason: "spec.allocation.cpu must be above 0, got 0"}}},
+			hosts: []Host{func() Host {
+				h := host("a", 8, 64, 0, 0)
+				h.RatiosErr = errors.New("spec.allocation.cpu must be above 0, got 0")
+				return h
+			}()},
+			want: small,
+			w:    want{skipped: []Skip{{Host: "a", Reason: "spec.allocation.cpu must be above 0, got 0"}}},
 		},
 		"NothingFits": {
 			reason: "When no host fits, nothing is chosen and every host says why.",
