@@ -97,7 +97,8 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		what = xr.GetKind() + " " + xr.GetNamespace() + "/" + xr.GetName()
 	}
 
-	if _, err := readPolicy(req); err != nil { // the platform's policy: placement and rules use it
+	pol, err := readPolicy(req) // the platform's policy: placement and rules use it
+	if err != nil {
 		return err
 	}
 	var spec ProxySpec
@@ -126,6 +127,19 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return errors.Wrap(err, "cannot get the desired composite resource")
 	}
+
+	w, err := locate(req, xr, spec, p, pol, observed)
+	if err != nil {
+		return errors.Wrapf(err, "invalid %s", what)
+	}
+	if w.selector != nil {
+		require(rsp, w.selector)
+	}
+	if w.host == "" {
+		return unplaced(rsp, dxr, w, n)
+	}
+	p.Host = w.host
+	response.ConditionTrue(rsp, ConditionPlaced, w.reason).WithMessage(w.message).TargetCompositeAndClaim()
 
 	userData, err := UserData(p, n.Domain)
 	if err != nil {
@@ -173,7 +187,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return errors.Wrap(err, "cannot set the desired composed resources")
 	}
 
-	status := map[string]any{"phase": st.phase, "message": st.message, "secretName": n.Secret}
+	status := map[string]any{"phase": st.phase, "message": st.message, "secretName": n.Secret, "host": p.Host}
 	if data != nil {
 		status["ip"] = st.ip
 		status["url"] = string(data[SecretKeyURL])
@@ -189,6 +203,28 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
 		return errors.Wrap(err, "cannot set the desired composite resource")
 	}
+	return nil
+}
+
+// unplaced answers for a Proxy without a host yet: nothing is composed (what earlier steps
+// desire is kept), status says why (phase Pending), and so does the Placed condition; when no
+// host fits, a warning (an event on the Proxy) too.
+func unplaced(rsp *fnv1.RunFunctionResponse, dxr *resource.Composite, w where, n Names) error {
+	status := map[string]any{"phase": PhasePending, "message": w.message, "secretName": n.Secret}
+	for k, v := range status {
+		if err := dxr.Resource.SetValue("status."+k, v); err != nil {
+			return errors.Wrapf(err, "cannot set status.%s", k)
+		}
+	}
+	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
+		return errors.Wrap(err, "cannot set the desired composite resource")
+	}
+	if w.reason == ReasonChoosing {
+		response.ConditionUnknown(rsp, ConditionPlaced, w.reason).WithMessage(w.message).TargetCompositeAndClaim()
+		return nil
+	}
+	response.ConditionFalse(rsp, ConditionPlaced, w.reason).WithMessage(w.message).TargetCompositeAndClaim()
+	response.Warning(rsp, errors.New(w.message)).WithReason(w.reason).TargetCompositeAndClaim()
 	return nil
 }
 

@@ -99,7 +99,6 @@ func TestXRDSchemaDefaults(t *testing.T) {
 		t.Fatalf("minimal Proxy rejected: %v", errs.ToAggregate())
 	}
 	want := obj(t, `
-host: default
 image: {baseImageName: debian-12}
 vcpu: 1
 memoryMiB: 512
@@ -156,16 +155,19 @@ func TestXRDSchemaAndFunctionAgree(t *testing.T) {
 			spec:      `{image: {baseImageName: deb}, sshAuthorizedKeys: ["a\nb"]}`,
 			schemaErr: "spec.sshAuthorizedKeys[0]",
 		},
-		"PortZero":     {spec: "{image: {baseImageName: deb}, port: 0}", schemaErr: "spec.port"},
-		"PortTooHigh":  {spec: "{image: {baseImageName: deb}, port: 65536}", schemaErr: "spec.port"},
-		"NoCIDRs":      {spec: "{image: {baseImageName: deb}, allowedCIDRs: []}", schemaErr: "spec.allowedCIDRs"},
-		"CIDRNoMask":   {spec: "{image: {baseImageName: deb}, allowedCIDRs: [10.0.0.1]}", schemaErr: "spec.allowedCIDRs[0]"},
-		"ProbeHTTPS":   {spec: "{image: {baseImageName: deb}, probe: {url: 'https://x/'}}", schemaErr: "spec.probe.url"},
-		"ProbeNoURL":   {spec: "{image: {baseImageName: deb}, probe: {expectedStatus: 200}}", schemaErr: "spec.probe.url"},
-		"HostInvalid":  {spec: "{image: {baseImageName: deb}, host: Lab_Host}", schemaErr: "spec.host"},
-		"VCPUZero":     {spec: "{image: {baseImageName: deb}, vcpu: 0}", schemaErr: "spec.vcpu"},
-		"MemoryTiny":   {spec: "{image: {baseImageName: deb}, memoryMiB: 64}", schemaErr: "spec.memoryMiB"},
-		"UnknownField": {spec: "{image: {baseImageName: deb}, namespace: other}", fnOK: true}, // pruned by the API server; ignored by the function
+		"PortZero":        {spec: "{image: {baseImageName: deb}, port: 0}", schemaErr: "spec.port"},
+		"PortTooHigh":     {spec: "{image: {baseImageName: deb}, port: 65536}", schemaErr: "spec.port"},
+		"NoCIDRs":         {spec: "{image: {baseImageName: deb}, allowedCIDRs: []}", schemaErr: "spec.allowedCIDRs"},
+		"CIDRNoMask":      {spec: "{image: {baseImageName: deb}, allowedCIDRs: [10.0.0.1]}", schemaErr: "spec.allowedCIDRs[0]"},
+		"ProbeHTTPS":      {spec: "{image: {baseImageName: deb}, probe: {url: 'https://x/'}}", schemaErr: "spec.probe.url"},
+		"ProbeNoURL":      {spec: "{image: {baseImageName: deb}, probe: {expectedStatus: 200}}", schemaErr: "spec.probe.url"},
+		"HostInvalid":     {spec: "{image: {baseImageName: deb}, host: Lab_Host}", schemaErr: "spec.host"},
+		"HostAndSelector": {spec: "{image: {baseImageName: deb}, host: lab, hostSelector: {zone: east}}", schemaErr: "set either host"},
+		"SelectorOnly":    {spec: "{image: {baseImageName: deb}, hostSelector: {zone: east}}", fnOK: true},
+		"SelectorBadKey":  {spec: "{image: {baseImageName: deb}, hostSelector: {'bad key': x}}", fnOK: false},
+		"VCPUZero":        {spec: "{image: {baseImageName: deb}, vcpu: 0}", schemaErr: "spec.vcpu"},
+		"MemoryTiny":      {spec: "{image: {baseImageName: deb}, memoryMiB: 64}", schemaErr: "spec.memoryMiB"},
+		"UnknownField":    {spec: "{image: {baseImageName: deb}, namespace: other}", fnOK: true}, // pruned by the API server; ignored by the function
 		// The schema only checks the shape of a CIDR; the function parses it.
 		"CIDRBadOctet": {spec: "{image: {baseImageName: deb}, allowedCIDRs: [10.0.0.300/8]}", fnOK: false},
 	}
