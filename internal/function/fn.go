@@ -128,12 +128,12 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return errors.Wrap(err, "cannot get the desired composite resource")
 	}
 
-	w, err := locate(req, xr, spec, p, pol, observed)
+	w, err := locate(req, xr, spec, p, ns, pol, observed)
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)
 	}
 	if w.selector != nil {
-		require(rsp, w.selector)
+		require(rsp, w)
 	}
 	if w.host == "" {
 		return unplaced(rsp, dxr, w, n)

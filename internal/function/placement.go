@@ -7,6 +7,7 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
@@ -22,6 +23,11 @@ import (
 // RequirementHosts names the required resources the function asks Crossplane for to place a
 // Proxy: the ClusterProviderConfigs its selector (and the platform's) match.
 const RequirementHosts = "hosts"
+
+// RequirementBaseImage names the required resource the function asks for to place a Proxy
+// that boots a shared BaseImage: that BaseImage, in the Proxy's namespace. A domain boots a
+// BaseImage of its own host only, so the Proxy goes where the image is.
+const RequirementBaseImage = "base-image"
 
 // The Placed condition of a Proxy, and its reasons.
 const (
@@ -47,6 +53,8 @@ type where struct {
 	// selector is set while the hosts are needed: they are asked for on every call until the
 	// Proxy is placed, so Crossplane's requirements settle.
 	selector map[string]string
+	// image is the shared BaseImage asked for with the hosts ("" none), in namespace ns.
+	image, ns string
 }
 
 // locate decides the host of a Proxy. In order: spec.host when given (as before placement);
@@ -54,7 +62,8 @@ type where struct {
 // sticky: a Proxy never moves on its own, and a later change of capacity never moves it);
 // else the host placement chooses among the ClusterProviderConfigs Crossplane gave for the
 // requirement (asked for in this response when not given yet).
-func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed) (where, error) {
+func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed) (where, error) { //nolint:gocyclo // one ordered list of where a host comes from
+
 	if spec.Host != "" {
 		return where{host: p.Host, reason: ReasonHostGiven, message: "spec.host names host " + p.Host}, nil
 	}
@@ -68,12 +77,21 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 	if err != nil {
 		return where{}, err
 	}
-	w := where{selector: sel}
+	w := where{selector: sel, image: p.BaseImageName, ns: ns}
 	got, ok, err := request.GetRequiredResource(req, RequirementHosts)
 	if err != nil {
 		return w, errors.Wrap(err, "cannot read the hosts (ClusterProviderConfigs) Crossplane gave")
 	}
-	if !ok {
+	imageHost, imageOK := "", true
+	if p.BaseImageName != "" {
+		var imgs []resource.Required
+		imgs, imageOK, err = request.GetRequiredResource(req, RequirementBaseImage)
+		if err != nil {
+			return w, errors.Wrap(err, "cannot read the BaseImage Crossplane gave")
+		}
+		imageHost = baseImageHost(imgs)
+	}
+	if !ok || !imageOK {
 		w.reason, w.message = ReasonChoosing, msgChoosing
 		return w, nil
 	}
@@ -82,6 +100,9 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 		h, err := candidate(r.Resource.Object)
 		if err != nil {
 			return w, err
+		}
+		if imageHost != "" && h.Name != imageHost {
+			h.Elsewhere = fmt.Sprintf("BaseImage %s is on host %s", p.BaseImageName, imageHost)
 		}
 		hosts = append(hosts, h)
 	}
@@ -97,6 +118,20 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 	w.host, w.reason = d.Host, ReasonPlaced
 	w.message = fmt.Sprintf("placed on host %s: %d MiB of memory and %d vCPUs left there once placed (of %d hosts considered)", d.Host, d.Room.MemoryBytes>>20, d.Room.VCPUs, len(hosts))
 	return w, nil
+}
+
+// baseImageHost is the ClusterProviderConfig the shared BaseImage uses: "" when it does not
+// exist (yet; the domain waits for it wherever it goes) or uses a namespaced ProviderConfig
+// (which Proxies do not use).
+func baseImageHost(imgs []resource.Required) string {
+	for _, i := range imgs {
+		kind, _, _ := unstructured.NestedString(i.Resource.Object, "spec", "providerConfigRef", "kind")
+		name, _, _ := unstructured.NestedString(i.Resource.Object, "spec", "providerConfigRef", "name")
+		if kind == v1alpha1.ClusterProviderConfigKind && name != "" {
+			return name
+		}
+	}
+	return ""
 }
 
 // composedHost is the ClusterProviderConfig the Proxy's composed resources name: where they
@@ -169,7 +204,7 @@ func candidate(obj map[string]any) (placement.Host, error) {
 
 // require asks Crossplane for the hosts sel matches (every ClusterProviderConfig when sel is
 // empty).
-func require(rsp *fnv1.RunFunctionResponse, sel map[string]string) {
+func require(rsp *fnv1.RunFunctionResponse, w where) {
 	if rsp.Requirements == nil {
 		rsp.Requirements = &fnv1.Requirements{}
 	}
@@ -179,6 +214,15 @@ func require(rsp *fnv1.RunFunctionResponse, sel map[string]string) {
 	rsp.Requirements.Resources[RequirementHosts] = &fnv1.ResourceSelector{
 		ApiVersion: hostsAPIVersion,
 		Kind:       v1alpha1.ClusterProviderConfigKind,
-		Match:      &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: sel}},
+		Match:      &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: w.selector}},
+	}
+	if w.image != "" {
+		ns := w.ns
+		rsp.Requirements.Resources[RequirementBaseImage] = &fnv1.ResourceSelector{
+			ApiVersion: hostsAPIVersion,
+			Kind:       v1alpha1.BaseImageKind,
+			Match:      &fnv1.ResourceSelector_MatchName{MatchName: w.image},
+			Namespace:  &ns,
+		}
 	}
 }

@@ -69,7 +69,19 @@ func withHosts(t *testing.T, req *fnv1.RunFunctionRequest, hosts ...map[string]a
 		s := structOf(t, h)
 		rs.Items = append(rs.Items, &fnv1.Resource{Resource: s})
 	}
-	req.RequiredResources = map[string]*fnv1.Resources{RequirementHosts: rs}
+	// The shared BaseImage, when asked for, is not found unless a case puts one (withImage).
+	req.RequiredResources = map[string]*fnv1.Resources{RequirementHosts: rs, RequirementBaseImage: {}}
+}
+
+// withImage answers the requirement for the shared BaseImage with one on host.
+func withImage(t *testing.T, req *fnv1.RunFunctionRequest, name, host string) {
+	t.Helper()
+	img := map[string]any{
+		"apiVersion": "kvm.crossplane.io/v1alpha1", "kind": "BaseImage",
+		"metadata": map[string]any{"name": name, "namespace": "team-a"},
+		"spec":     map[string]any{"providerConfigRef": map[string]any{"kind": "ClusterProviderConfig", "name": host}},
+	}
+	req.RequiredResources[RequirementBaseImage] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: structOf(t, img)}}}
 }
 
 func structOf(t *testing.T, m map[string]any) *structpb.Struct {
@@ -135,6 +147,7 @@ spec:
 		input    string
 		observed map[string]string
 		hosts    []map[string]any // nil: the requirement was not answered yet
+		imageOn  string           // the shared BaseImage's host; "": not found
 		want     want
 	}{
 		"AsksForHosts": {
@@ -179,6 +192,26 @@ spec:
 			want: want{host: "b", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "b"},
 				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host b: 0 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
 				requirement: map[string]string{}},
+		},
+		"WhereTheImageIs": {
+			reason:  "A Proxy that boots a shared BaseImage goes to the image's host, even with more room elsewhere.",
+			xr:      placedXR,
+			hosts:   []map[string]any{hostCPC(t, "a", hostOpts{memGiB: 64}), hostCPC(t, "b", hostOpts{})},
+			imageOn: "b",
+			want: want{host: "b", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "b"},
+				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host b: 23552 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
+				requirement: map[string]string{}},
+		},
+		"ImageHostFull": {
+			reason:  "When the image's host has no room, no host fits, and each says why.",
+			xr:      placedXR,
+			hosts:   []map[string]any{hostCPC(t, "a", hostOpts{}), hostCPC(t, "b", hostOpts{memGiB: 1, usedMiB: 512, memoryRatio: "1"})},
+			imageOn: "b",
+			want: want{
+				status:      map[string]any{"phase": PhasePending, "message": "no host fits: a: BaseImage debian-12 is on host b; b: needs 1024 MiB of memory, 512 MiB left"},
+				condition:   "STATUS_CONDITION_FALSE/NoHostFits: no host fits: a: BaseImage debian-12 is on host b; b: needs 1024 MiB of memory, 512 MiB left",
+				requirement: map[string]string{},
+			},
 		},
 		"NothingFits": {
 			reason: "When no host fits, nothing is composed, and status and the Placed condition say why for each host.",
@@ -252,6 +285,9 @@ spec:
 		t.Run(name, func(t *testing.T) {
 			req := newRequest(t, tc.xr, tc.observed)
 			withHosts(t, req, tc.hosts...)
+			if tc.imageOn != "" {
+				withImage(t, req, "debian-12", tc.imageOn)
+			}
 			if tc.input != "" {
 				req.Input = st(t, tc.input)
 			}
@@ -279,6 +315,10 @@ spec:
 				}
 				if r.GetKind() != "ClusterProviderConfig" || r.GetApiVersion() != "kvm.crossplane.io/v1alpha1" {
 					t.Errorf("hosts are asked for as %s %s", r.GetApiVersion(), r.GetKind())
+				}
+				img := rsp.GetRequirements().GetResources()[RequirementBaseImage]
+				if img.GetKind() != "BaseImage" || img.GetMatchName() != "debian-12" || img.GetNamespace() != "team-a" {
+					t.Errorf("the shared BaseImage is asked for as %v", img)
 				}
 			}
 			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{}), protocmp.Transform()); d != "" {

@@ -93,6 +93,8 @@ type Host struct {
 	// Ratios are the host's allocation ratios; RatiosErr says why they are invalid.
 	Ratios    Ratios
 	RatiosErr error
+	// Elsewhere says why the Proxy must go to another host (its BaseImage is there); "" none.
+	Elsewhere string
 }
 
 // Skip is a host placement passed over, and why.
@@ -121,6 +123,8 @@ func Place(hosts []Host, want Size) Decision {
 		room := Room(h.Size, h.Used, h.Ratios)
 		why := ""
 		switch {
+		case h.Elsewhere != "":
+			why = h.Elsewhere
 		case !h.Ready:
 			why = "not Ready (the provider could not read it on its last poll)"
 		case h.Unschedulable:
