@@ -2,7 +2,6 @@ package kvmdomain
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
@@ -49,13 +48,13 @@ func roomFor(defs []string, node libvirt.NodeInfo, r placement.Ratios, uid strin
 	if err != nil {
 		return errors.Wrap(err, errRoomCheck)
 	}
-	size := placement.Size{VCPUs: int64(node.CPUs), MemoryBytes: int64(node.MemoryBytes)}  //nolint:gosec // a host's memory is far below 2^63
-	w := placement.Size{VCPUs: int64(want.VCPU), MemoryBytes: int64(want.MemoryMiB) << 20} //nolint:gosec // bounded by the KVMDomain API
+	size := placement.Size{VCPUs: int64(node.CPUs), MemoryBytes: int64(node.MemoryBytes)}
+	w := placement.Size{VCPUs: int64(want.VCPU), MemoryBytes: int64(want.MemoryMiB) << 20}
 	why := placement.Fit(placement.Room(size, used, r), w)
 	if why == "" {
 		return nil
 	}
-	return errors.New(fmt.Sprintf(errHostFull, host, source, why, r.CPU, r.Memory, source, used.VCPUs, used.MemoryBytes>>20))
+	return errors.Errorf(errHostFull, host, source, why, r.CPU, r.Memory, source, used.VCPUs, used.MemoryBytes>>20)
 }
 
 // ourUsage sums the vCPUs and memory of the domains among defs that carry the provider's
@@ -74,8 +73,8 @@ func ourUsage(defs []string, uid string) (placement.Size, error) {
 		if err != nil {
 			return used, err
 		}
-		used.VCPUs += int64(s.VCPU)                  //nolint:gosec // bounded by libvirt
-		used.MemoryBytes += int64(s.MemoryMiB) << 20 //nolint:gosec // bounded by libvirt
+		used.VCPUs += int64(s.VCPU)
+		used.MemoryBytes += int64(s.MemoryMiB) << 20
 	}
 	return used, nil
 }

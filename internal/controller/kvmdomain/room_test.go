@@ -28,7 +28,7 @@ func TestRoomFor(t *testing.T) {
 	one := placement.Ratios{CPU: 1, Memory: 1}
 	want := domainxml.Size{VCPU: 1, MemoryMiB: 512}
 	full := func(why string, vcpus, mib int64) error {
-		return errors.New(fmt.Sprintf(errHostFull, "root@h:22", "ClusterProviderConfig/a", why, 1.0, 1.0, "ClusterProviderConfig/a", vcpus, mib))
+		return errors.Errorf(errHostFull, "root@h:22", "ClusterProviderConfig/a", why, 1.0, 1.0, "ClusterProviderConfig/a", vcpus, mib)
 	}
 	cases := map[string]struct {
 		reason string
