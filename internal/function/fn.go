@@ -208,7 +208,8 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 
 // unplaced answers for a Proxy without a host yet: nothing is composed (what earlier steps
 // desire is kept), status says why (phase Pending), and so does the Placed condition; when no
-// host fits, a warning (an event on the Proxy) too.
+// host fits, a warning (an event on the Proxy) too. The XR is said not ready: with nothing
+// composed, Crossplane would otherwise call it Available.
 func unplaced(rsp *fnv1.RunFunctionResponse, dxr *resource.Composite, w where, n Names) error {
 	status := map[string]any{"phase": PhasePending, "message": w.message, "secretName": n.Secret}
 	for k, v := range status {
@@ -216,6 +217,7 @@ func unplaced(rsp *fnv1.RunFunctionResponse, dxr *resource.Composite, w where, n
 			return errors.Wrapf(err, "cannot set status.%s", k)
 		}
 	}
+	dxr.Ready = resource.ReadyFalse
 	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
 		return errors.Wrap(err, "cannot set the desired composite resource")
 	}

@@ -299,6 +299,15 @@ spec:
 				return
 			}
 			got := want{composed: composedNames(rsp), condition: placedCondition(rsp), status: map[string]any{}}
+			// Not placed: the XR is said not ready (Crossplane would call an XR that composes
+			// nothing Available); placed: left to the composed resources.
+			wantReady := fnv1.Ready_READY_UNSPECIFIED
+			if tc.want.host == "" {
+				wantReady = fnv1.Ready_READY_FALSE
+			}
+			if r := rsp.GetDesired().GetComposite().GetReady(); r != wantReady {
+				t.Errorf("%s\nthe XR's desired readiness is %v, want %v", tc.reason, r, wantReady)
+			}
 			if d, ok := desired(rsp)[ResourceDomain]; ok {
 				got.host, _ = d["spec"].(map[string]any)["providerConfigRef"].(map[string]any)["name"].(string)
 			}

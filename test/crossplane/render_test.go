@@ -153,6 +153,7 @@ func TestRender(t *testing.T) {
 				why := "no host fits: default: needs 102400 MiB of memory, 86016 MiB left; full: needs 102400 MiB of memory, 0 MiB left; maintenance: cordoned (spec.unschedulable)"
 				out.wantStatus(t, map[string]any{"phase": "Pending", "message": why, "secretName": "huge-proxy"})
 				out.wantComposed(t)
+				out.wantReady(t, "False", "Creating") // not Available although nothing is composed
 				out.wantCondition(t, "Placed", "False", "NoHostFits", why)
 			},
 		},
