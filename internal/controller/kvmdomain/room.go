@@ -14,7 +14,7 @@ import (
 const (
 	errRoomCheck = "cannot check the host's room for a new domain"
 	// errHostFull starts with placement.ErrHostFull, which the Proxy function recognises.
-	errHostFull = placement.ErrHostFull + ": %s (%s) has no room for this domain: it %s, at allocation ratios cpu %g and memory %g (%s spec.allocation); the provider's domains on it hold %d vCPUs and %d MiB. The domain is created once room is made (a domain deleted, the ratios raised)"
+	errHostFull = placement.ErrHostFull + ": %s (%s) has no room for this domain: it %s, at allocation ratios cpu %.4g and memory %.4g (%s spec.allocation); the provider's domains on it hold %d vCPUs and %d MiB. The domain is created once room is made (a domain deleted, the ratios raised)"
 )
 
 // checkRoom refuses a new domain that does not fit on its host: the vCPUs and memory of the
