@@ -89,7 +89,7 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 		if err != nil {
 			return w, errors.Wrap(err, "cannot read the BaseImage Crossplane gave")
 		}
-		imageHost = baseImageHost(imgs)
+		imageHost = baseImageHost(imgs, ns)
 	}
 	if !ok || !imageOK {
 		w.reason, w.message = ReasonChoosing, msgChoosing
@@ -122,9 +122,13 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 
 // baseImageHost is the ClusterProviderConfig the shared BaseImage uses: "" when it does not
 // exist (yet; the domain waits for it wherever it goes) or uses a namespaced ProviderConfig
-// (which Proxies do not use).
-func baseImageHost(imgs []resource.Required) string {
+// (which Proxies do not use). Only a BaseImage of the Proxy's own namespace counts, whatever
+// Crossplane gave: another namespace's must neither steer placement nor be named.
+func baseImageHost(imgs []resource.Required, ns string) string {
 	for _, i := range imgs {
+		if i.Resource.GetNamespace() != ns {
+			continue
+		}
 		kind, _, _ := unstructured.NestedString(i.Resource.Object, "spec", "providerConfigRef", "kind")
 		name, _, _ := unstructured.NestedString(i.Resource.Object, "spec", "providerConfigRef", "name")
 		if kind == v1alpha1.ClusterProviderConfigKind && name != "" {

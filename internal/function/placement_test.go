@@ -73,12 +73,13 @@ func withHosts(t *testing.T, req *fnv1.RunFunctionRequest, hosts ...map[string]a
 	req.RequiredResources = map[string]*fnv1.Resources{RequirementHosts: rs, RequirementBaseImage: {}}
 }
 
-// withImage answers the requirement for the shared BaseImage with one on host.
-func withImage(t *testing.T, req *fnv1.RunFunctionRequest, name, host string) {
+// withImage answers the requirement for the shared BaseImage with one on host, in namespace
+// ns.
+func withImage(t *testing.T, req *fnv1.RunFunctionRequest, ns, name, host string) {
 	t.Helper()
 	img := map[string]any{
 		"apiVersion": "kvm.crossplane.io/v1alpha1", "kind": "BaseImage",
-		"metadata": map[string]any{"name": name, "namespace": "team-a"},
+		"metadata": map[string]any{"name": name, "namespace": ns},
 		"spec":     map[string]any{"providerConfigRef": map[string]any{"kind": "ClusterProviderConfig", "name": host}},
 	}
 	req.RequiredResources[RequirementBaseImage] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: structOf(t, img)}}}
@@ -148,6 +149,7 @@ spec:
 		observed map[string]string
 		hosts    []map[string]any // nil: the requirement was not answered yet
 		imageOn  string           // the shared BaseImage's host; "": not found
+		imageNS  string           // the namespace of the BaseImage given; "": team-a
 		want     want
 	}{
 		"AsksForHosts": {
@@ -200,6 +202,16 @@ spec:
 			imageOn: "b",
 			want: want{host: "b", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "b"},
 				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host b: 23552 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
+				requirement: map[string]string{}},
+		},
+		"OtherNamespacesImage": {
+			reason:  "A BaseImage of another namespace (were Crossplane to give one) neither steers placement nor is named.",
+			xr:      placedXR,
+			hosts:   []map[string]any{hostCPC(t, "a", hostOpts{memGiB: 64}), hostCPC(t, "b", hostOpts{})},
+			imageOn: "b",
+			imageNS: "team-b",
+			want: want{host: "a", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "a"},
+				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host a: 97280 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
 				requirement: map[string]string{}},
 		},
 		"ImageHostFull": {
@@ -286,7 +298,11 @@ spec:
 			req := newRequest(t, tc.xr, tc.observed)
 			withHosts(t, req, tc.hosts...)
 			if tc.imageOn != "" {
-				withImage(t, req, "debian-12", tc.imageOn)
+				ns := tc.imageNS
+				if ns == "" {
+					ns = "team-a"
+				}
+				withImage(t, req, ns, "debian-12", tc.imageOn)
 			}
 			if tc.input != "" {
 				req.Input = st(t, tc.input)
