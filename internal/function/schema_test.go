@@ -249,3 +249,33 @@ func TestExamples(t *testing.T) {
 		})
 	}
 }
+
+// TestXRDHostOnUpdate: a placed Proxy cannot be given a host later, nor a given host removed,
+// nor a hostSelector changed (placement happens once and is kept).
+func TestXRDHostOnUpdate(t *testing.T) {
+	s := loadProxySchema(t)
+	const head = "apiVersion: platform.kvm.crossplane.io/v1alpha1\nkind: Proxy\nmetadata: {name: web, namespace: team-a}\n"
+	cases := map[string]struct {
+		old, new string
+		wantErr  string // "" admitted
+	}{
+		"Unchanged":       {old: "{image: {baseImageName: deb}}", new: "{image: {baseImageName: deb}, vcpu: 2}"},
+		"HostAdded":       {old: "{image: {baseImageName: deb}}", new: "{image: {baseImageName: deb}, host: lab}", wantErr: "host cannot be set or removed after creation"},
+		"HostRemoved":     {old: "{image: {baseImageName: deb}, host: lab}", new: "{image: {baseImageName: deb}}", wantErr: "host cannot be set or removed after creation"},
+		"HostChanged":     {old: "{image: {baseImageName: deb}, host: lab}", new: "{image: {baseImageName: deb}, host: other}", wantErr: "host cannot change after creation"},
+		"SelectorChanged": {old: "{image: {baseImageName: deb}, hostSelector: {zone: a}}", new: "{image: {baseImageName: deb}, hostSelector: {zone: b}}", wantErr: "hostSelector cannot change"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			oldObj, newObj := obj(t, head+"spec:\n"+indent(tc.old)), obj(t, head+"spec:\n"+indent(tc.new))
+			errs, _ := s.cel.Validate(context.Background(), nil, s.structural, newObj, oldObj, celconfig.RuntimeCELCostBudget)
+			got := errs.ToAggregate()
+			switch {
+			case tc.wantErr == "" && got != nil:
+				t.Errorf("update refused: %v", got)
+			case tc.wantErr != "" && (got == nil || !strings.Contains(got.Error(), tc.wantErr)):
+				t.Errorf("update error %v, want one with %q", got, tc.wantErr)
+			}
+		})
+	}
+}
