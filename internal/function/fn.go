@@ -3,7 +3,8 @@
 // a small VM running squid.
 //
 // From a Proxy (v2, namespaced) or an XProxy created by a ProxyClaim (v1, LegacyCluster) it
-// composes, all in the proxy's namespace and all on the ClusterProviderConfig spec.host:
+// composes, all in the proxy's namespace and all on one ClusterProviderConfig: spec.host, or,
+// when the Proxy leaves it out, the host placement chose (placement.go; status.host):
 //
 //   - base-image: a BaseImage <xr>-image, only when spec.image names a url and sha256;
 //     otherwise the domain boots the shared BaseImage spec.image.baseImageName;
