@@ -17,6 +17,7 @@ import (
 
 	ppv1 "github.com/provider-kvm/provider-kvm/apis/proxypolicy/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/placement"
 )
 
@@ -28,6 +29,20 @@ const RequirementHosts = "hosts"
 // that boots a shared BaseImage: that BaseImage, in the Proxy's namespace. A domain boots a
 // BaseImage of its own host only, so the Proxy goes where the image is.
 const RequirementBaseImage = "base-image"
+
+// RequirementNamespace names the required resource the function asks for when a host admits
+// namespaces by label: the Proxy's own Namespace.
+const RequirementNamespace = "namespace"
+
+// needsNamespace is true when a host among got admits namespaces by a label selector.
+func needsNamespace(got []resource.Required) bool {
+	for _, r := range got {
+		if sel, ok, _ := unstructured.NestedMap(r.Resource.Object, "spec", "allowedNamespaces", "selector"); ok && sel != nil {
+			return true
+		}
+	}
+	return false
+}
 
 // The Placed condition of a Proxy, and its reasons.
 const (
@@ -55,6 +70,9 @@ type where struct {
 	selector map[string]string
 	// image is the shared BaseImage asked for with the hosts ("" none), in namespace ns.
 	image, ns string
+	// namespaceNeeded: the Proxy's Namespace is asked for too (a host admits namespaces by
+	// label).
+	namespaceNeeded bool
 }
 
 // locate decides the host of a Proxy. In order: spec.host when given (as before placement);
@@ -95,6 +113,7 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 		w.reason, w.message = ReasonChoosing, msgChoosing
 		return w, nil
 	}
+	var nsLabels map[string]string
 	hosts := make([]placement.Host, 0, len(got))
 	for _, r := range got {
 		h, err := candidate(r.Resource.Object)
@@ -102,9 +121,40 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 			return w, err
 		}
 		if imageHost != "" && h.Name != imageHost {
-			h.Elsewhere = fmt.Sprintf("BaseImage %s is on host %s", p.BaseImageName, imageHost)
+			h.Excluded = fmt.Sprintf("BaseImage %s is on host %s", p.BaseImageName, imageHost)
 		}
 		hosts = append(hosts, h)
+	}
+	// A host that does not admit the Proxy's namespace (spec.allowedNamespaces) would refuse
+	// everything composed there. A label selector needs the Namespace's labels: it is asked
+	// for only then.
+	if needsNamespace(got) {
+		w.namespaceNeeded = true
+		nss, ok, err := request.GetRequiredResource(req, RequirementNamespace)
+		if err != nil {
+			return w, errors.Wrap(err, "cannot read the Namespace Crossplane gave")
+		}
+		if !ok {
+			w.reason, w.message = ReasonChoosing, msgChoosing
+			return w, nil
+		}
+		for _, n := range nss {
+			if n.Resource.GetName() == ns {
+				nsLabels = n.Resource.GetLabels()
+			}
+		}
+	}
+	for i, r := range got {
+		if hosts[i].Excluded != "" {
+			continue
+		}
+		var c v1alpha1.ClusterProviderConfig
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.Resource.Object, &c); err != nil {
+			return w, errors.Wrap(err, "cannot read a ClusterProviderConfig Crossplane gave")
+		}
+		if err := hostgrants.Admit(v1alpha1.ClusterProviderConfigKind+"/"+c.GetName(), c.Spec.AllowedNamespaces, hostgrants.Namespace{Name: ns, Labels: nsLabels}); err != nil {
+			hosts[i].Excluded = "does not admit namespace " + ns + " (spec.allowedNamespaces)"
+		}
 	}
 	want := placement.Size{VCPUs: int64(p.VCPU), MemoryBytes: int64(p.MemoryMiB) << 20}
 	d := placement.Place(hosts, want)
@@ -219,6 +269,13 @@ func require(rsp *fnv1.RunFunctionResponse, w where) {
 		ApiVersion: hostsAPIVersion,
 		Kind:       v1alpha1.ClusterProviderConfigKind,
 		Match:      &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: w.selector}},
+	}
+	if w.namespaceNeeded {
+		rsp.Requirements.Resources[RequirementNamespace] = &fnv1.ResourceSelector{
+			ApiVersion: "v1",
+			Kind:       "Namespace",
+			Match:      &fnv1.ResourceSelector_MatchName{MatchName: w.ns},
+		}
 	}
 	if w.image != "" {
 		ns := w.ns

@@ -3,6 +3,7 @@ package function
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -19,7 +20,8 @@ type hostOpts struct {
 	memGiB            int64 // 0: 16
 	usedCPU, usedMiB  int64
 	labels            map[string]string
-	memoryRatio       string // spec.allocation.memory; "": unset
+	memoryRatio       string         // spec.allocation.memory; "": unset
+	allowed           map[string]any // spec.allowedNamespaces; nil: unset
 }
 
 func hostCPC(t *testing.T, name string, o hostOpts) map[string]any {
@@ -35,6 +37,9 @@ func hostCPC(t *testing.T, name string, o hostOpts) map[string]any {
 		ready = "False"
 	}
 	spec := map[string]any{"unschedulable": o.cordoned}
+	if o.allowed != nil {
+		spec["allowedNamespaces"] = o.allowed
+	}
 	if o.memoryRatio != "" {
 		spec["allocation"] = map[string]any{"memory": o.memoryRatio}
 	}
@@ -150,6 +155,7 @@ spec:
 		hosts    []map[string]any // nil: the requirement was not answered yet
 		imageOn  string           // the shared BaseImage's host; "": not found
 		imageNS  string           // the namespace of the BaseImage given; "": team-a
+		nsLabels map[string]any   // the Proxy's Namespace as Crossplane gives it; nil: not given
 		want     want
 	}{
 		"AsksForHosts": {
@@ -212,6 +218,39 @@ spec:
 			imageNS: "team-b",
 			want: want{host: "a", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "a"},
 				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host a: 97280 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
+				requirement: map[string]string{}},
+		},
+		"NotAdmittedByName": {
+			reason: "A host whose allowedNamespaces leaves the Proxy's namespace out is skipped, however much room it has.",
+			xr:     placedXR,
+			hosts: []map[string]any{
+				hostCPC(t, "a", hostOpts{memGiB: 64, allowed: map[string]any{"names": []any{"team-b"}}}),
+				hostCPC(t, "b", hostOpts{allowed: map[string]any{"names": []any{"team-a"}}}),
+			},
+			want: want{host: "b", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "b"},
+				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host b: 23552 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
+				requirement: map[string]string{}},
+		},
+		"AdmittedBySelectorAsksForNamespace": {
+			reason: "A host admitting namespaces by label makes the function ask for the Proxy's Namespace before placing.",
+			xr:     placedXR,
+			hosts:  []map[string]any{hostCPC(t, "a", hostOpts{allowed: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"tier": "gold"}}}})},
+			want: want{
+				status:      map[string]any{"phase": PhasePending, "message": msgChoosing},
+				condition:   "STATUS_CONDITION_UNKNOWN/Choosing: choosing a host",
+				requirement: map[string]string{},
+			},
+		},
+		"AdmittedBySelector": {
+			reason: "With the Namespace's labels, a host whose selector matches them is used, one whose selector does not is skipped.",
+			xr:     placedXR,
+			hosts: []map[string]any{
+				hostCPC(t, "a", hostOpts{memGiB: 64, allowed: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"tier": "gold"}}}}),
+				hostCPC(t, "b", hostOpts{allowed: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"tier": "silver"}}}}),
+			},
+			nsLabels: map[string]any{"tier": "silver"},
+			want: want{host: "b", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "b"},
+				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host b: 23552 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
 				requirement: map[string]string{}},
 		},
 		"ImageHostFull": {
@@ -304,6 +343,10 @@ spec:
 				}
 				withImage(t, req, ns, "debian-12", tc.imageOn)
 			}
+			if tc.nsLabels != nil {
+				nsObj := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "team-a", "labels": tc.nsLabels}}
+				req.RequiredResources[RequirementNamespace] = &fnv1.Resources{Items: []*fnv1.Resource{{Resource: structOf(t, nsObj)}}}
+			}
 			if tc.input != "" {
 				req.Input = st(t, tc.input)
 			}
@@ -340,6 +383,12 @@ spec:
 				}
 				if r.GetKind() != "ClusterProviderConfig" || r.GetApiVersion() != "kvm.crossplane.io/v1alpha1" {
 					t.Errorf("hosts are asked for as %s %s", r.GetApiVersion(), r.GetKind())
+				}
+				if n := rsp.GetRequirements().GetResources()[RequirementNamespace]; n != nil && (n.GetKind() != "Namespace" || n.GetMatchName() != "team-a") {
+					t.Errorf("the Namespace is asked for as %v", n)
+				}
+				if strings.HasPrefix(name, "AdmittedBySelector") && rsp.GetRequirements().GetResources()[RequirementNamespace] == nil {
+					t.Errorf("%s\nthe Namespace is not asked for", tc.reason)
 				}
 				img := rsp.GetRequirements().GetResources()[RequirementBaseImage]
 				if img.GetKind() != "BaseImage" || img.GetMatchName() != "debian-12" || img.GetNamespace() != "team-a" {

@@ -93,8 +93,9 @@ type Host struct {
 	// Ratios are the host's allocation ratios; RatiosErr says why they are invalid.
 	Ratios    Ratios
 	RatiosErr error
-	// Elsewhere says why the Proxy must go to another host (its BaseImage is there); "" none.
-	Elsewhere string
+	// Excluded says why the Proxy may not go to this host whatever its room (its BaseImage is
+	// on another host, the host does not admit its namespace); "" none.
+	Excluded string
 }
 
 // Skip is a host placement passed over, and why.
@@ -123,8 +124,8 @@ func Place(hosts []Host, want Size) Decision {
 		room := Room(h.Size, h.Used, h.Ratios)
 		why := ""
 		switch {
-		case h.Elsewhere != "":
-			why = h.Elsewhere
+		case h.Excluded != "":
+			why = h.Excluded
 		case !h.Ready:
 			why = "not Ready (the provider could not read it on its last poll)"
 		case h.Unschedulable:
