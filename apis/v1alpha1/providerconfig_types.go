@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -297,6 +298,27 @@ type ImageSourcePolicy struct {
 	RequireSHA256 bool `json:"requireSHA256,omitempty"`
 }
 
+// AllocationRatios are how far the provider's domains may commit a host's CPUs and memory.
+type AllocationRatios struct {
+	// CPU is the ratio of vCPUs to the host's logical CPUs, e.g. "16" or "4".
+	// +optional
+	// +kubebuilder:default="16"
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+
+	// Memory is the ratio of guest memory to the host's memory, e.g. "1.5", or "1" for no
+	// overcommit.
+	// +optional
+	// +kubebuilder:default="1.5"
+	Memory *resource.Quantity `json:"memory,omitempty"`
+}
+
+// Default allocation ratios, as OpenStack Nova's cpu_allocation_ratio and
+// ram_allocation_ratio.
+const (
+	DefaultCPUAllocationRatio    = "16"
+	DefaultMemoryAllocationRatio = "1.5"
+)
+
 // A ProviderConfigSpec describes one libvirt host and how to reach it.
 // +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || (has(self.host) && has(self.credentials))",message="transport SSH needs host and credentials"
 // +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || has(self.knownHosts) || self.insecureSkipHostKeyVerification",message="transport SSH needs knownHosts to pin the host key; set insecureSkipHostKeyVerification: true only if you accept any host key"
@@ -389,6 +411,12 @@ type ProviderConfigSpec struct {
 	// +optional
 	// +kubebuilder:default="1h"
 	OrphanGracePeriod *metav1.Duration `json:"orphanGracePeriod,omitempty"`
+	// Allocation bounds what the provider's domains may take of this host: a new KVMDomain is
+	// refused when its vCPUs or memory, added to those of the domains the provider already
+	// defined there, exceed the host's CPUs or memory times these ratios. Proxies that name no
+	// host are placed by the same figures. Unset: the defaults of each ratio.
+	// +optional
+	Allocation *AllocationRatios `json:"allocation,omitempty"`
 
 	// Imports says whether managed resources may import existing libvirt objects on this
 	// host. Off by default.

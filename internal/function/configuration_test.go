@@ -157,13 +157,13 @@ func checkSpecFields(t *testing.T, s map[string]any) {
 	for k := range spec {
 		fields = append(fields, k)
 	}
-	want := []string{"allowedCIDRs", "allowedDomains", "diskSizeGiB", "host", "image", "memoryMiB", "port", "probe", "squidDirectives", "sshAuthorizedKeys", "vcpu"}
+	want := []string{"allowedCIDRs", "allowedDomains", "diskSizeGiB", "host", "hostSelector", "image", "memoryMiB", "port", "probe", "squidDirectives", "sshAuthorizedKeys", "vcpu"}
 	if d := cmp.Diff(want, sorted(fields)); d != "" {
 		t.Errorf("spec fields (-want +got):\n%s", d)
 	}
 	def := func(f string) any { return spec[f].(map[string]any)["default"] }
 	wantDefaults := map[string]any{
-		"host": DefaultHost, "vcpu": float64(DefaultVCPU), "memoryMiB": float64(DefaultMemoryMiB),
+		"host": nil, "vcpu": float64(DefaultVCPU), "memoryMiB": float64(DefaultMemoryMiB),
 		"port": float64(DefaultPort), "allowedCIDRs": []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"},
 	}
 	gotDefaults := map[string]any{}
@@ -182,7 +182,7 @@ func checkSpecFields(t *testing.T, s map[string]any) {
 	for k := range status {
 		sf = append(sf, k)
 	}
-	if d := cmp.Diff([]string{"ip", "message", "phase", "secretName", "url"}, sorted(sf)); d != "" {
+	if d := cmp.Diff([]string{"host", "ip", "message", "phase", "secretName", "url"}, sorted(sf)); d != "" {
 		t.Errorf("status fields (-want +got):\n%s", d)
 	}
 }

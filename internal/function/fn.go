@@ -3,7 +3,8 @@
 // a small VM running squid.
 //
 // From a Proxy (v2, namespaced) or an XProxy created by a ProxyClaim (v1, LegacyCluster) it
-// composes, all in the proxy's namespace and all on the ClusterProviderConfig spec.host:
+// composes, all in the proxy's namespace and all on one ClusterProviderConfig: spec.host, or,
+// when the Proxy leaves it out, the host placement chose (placement.go; status.host):
 //
 //   - base-image: a BaseImage <xr>-image, only when spec.image names a url and sha256;
 //     otherwise the domain boots the shared BaseImage spec.image.baseImageName;
@@ -135,6 +136,19 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return errors.Wrap(err, "cannot get the desired composite resource")
 	}
 
+	w, err := locate(req, xr, spec, p, ns, pol, observed)
+	if err != nil {
+		return errors.Wrapf(err, "invalid %s", what)
+	}
+	if w.selector != nil {
+		require(rsp, w)
+	}
+	if w.host == "" {
+		return unplaced(rsp, dxr, w, n)
+	}
+	p.Host = w.host
+	response.ConditionTrue(rsp, ConditionPlaced, w.reason).WithMessage(w.message).TargetCompositeAndClaim()
+
 	userData, err := UserData(p, n.Domain)
 	if err != nil {
 		return err
@@ -181,7 +195,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return errors.Wrap(err, "cannot set the desired composed resources")
 	}
 
-	status := map[string]any{"phase": st.phase, "message": st.message, "secretName": n.Secret}
+	status := map[string]any{"phase": st.phase, "message": st.message, "secretName": n.Secret, "host": p.Host}
 	if data != nil {
 		status["ip"] = st.ip
 		status["url"] = string(data[SecretKeyURL])
@@ -197,6 +211,30 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
 		return errors.Wrap(err, "cannot set the desired composite resource")
 	}
+	return nil
+}
+
+// unplaced answers for a Proxy without a host yet: nothing is composed (what earlier steps
+// desire is kept), status says why (phase Pending), and so does the Placed condition; when no
+// host fits, a warning (an event on the Proxy) too. The XR is said not ready: with nothing
+// composed, Crossplane would otherwise call it Available.
+func unplaced(rsp *fnv1.RunFunctionResponse, dxr *resource.Composite, w where, n Names) error {
+	status := map[string]any{"phase": PhasePending, "message": w.message, "secretName": n.Secret}
+	for k, v := range status {
+		if err := dxr.Resource.SetValue("status."+k, v); err != nil {
+			return errors.Wrapf(err, "cannot set status.%s", k)
+		}
+	}
+	dxr.Ready = resource.ReadyFalse
+	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
+		return errors.Wrap(err, "cannot set the desired composite resource")
+	}
+	if w.reason == ReasonChoosing {
+		response.ConditionUnknown(rsp, ConditionPlaced, w.reason).WithMessage(w.message).TargetCompositeAndClaim()
+		return nil
+	}
+	response.ConditionFalse(rsp, ConditionPlaced, w.reason).WithMessage(w.message).TargetCompositeAndClaim()
+	response.Warning(rsp, errors.New(w.message)).WithReason(w.reason).TargetCompositeAndClaim()
 	return nil
 }
 

@@ -69,6 +69,9 @@ func newRequest(t *testing.T, xr string, observed map[string]string) *fnv1.RunFu
 			req.Observed.Resources[name] = &fnv1.Resource{Resource: st(t, y)}
 		}
 	}
+	// One roomy host, "default", as Crossplane gives it for the function's requirement: a
+	// Proxy without spec.host is placed there (placement_test.go tests placement itself).
+	withHosts(t, req, hostCPC(t, "default", hostOpts{}))
 	return req
 }
 
@@ -169,7 +172,7 @@ spec:
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("desired resources (-want +got):\n%s", d)
 	}
-	wantStatus := map[string]any{"phase": PhaseCreating, "message": "", "secretName": "web-proxy"}
+	wantStatus := map[string]any{"phase": PhaseCreating, "message": "", "secretName": "web-proxy", "host": "default"}
 	if d := cmp.Diff(wantStatus, xrStatus(rsp)); d != "" {
 		t.Errorf("XR status (-want +got):\n%s", d)
 	}
@@ -473,7 +476,7 @@ func TestRunFunctionObserved(t *testing.T) {
 		"ReadyWithAddress": {
 			observed: map[string]string{ResourceDomain: observedDomainReady},
 			wantStatus: map[string]any{
-				"phase": PhaseReady, "message": "", "secretName": "web-proxy",
+				"phase": PhaseReady, "message": "", "secretName": "web-proxy", "host": "default",
 				"ip": "192.168.122.50", "url": "http://web-proxy.team-a.svc:3128",
 			},
 			wantSecret: secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:3128", "web-proxy.team-a.svc", "192.168.122.50", "3128"),
@@ -490,7 +493,7 @@ status:
   - {type: Ready, status: "False", reason: Unavailable, message: "readiness probe failing: connection refused"}
 `},
 			wantStatus: map[string]any{
-				"phase": PhaseProbing, "message": "readiness probe failing: connection refused", "secretName": "web-proxy",
+				"phase": PhaseProbing, "message": "readiness probe failing: connection refused", "secretName": "web-proxy", "host": "default",
 				"ip": "192.168.122.51", "url": "http://web-proxy.team-a.svc:3128",
 			},
 			wantSecret: secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:3128", "web-proxy.team-a.svc", "192.168.122.51", "3128"),
@@ -504,7 +507,7 @@ status:
   atProvider: {state: Running}
   conditions: [{type: Synced, status: "True"}, {type: Ready, status: "False", message: "running; waiting for the guest's IPv4 address"}]
 `},
-			wantStatus: map[string]any{"phase": PhaseBooting, "message": "running; waiting for the guest's IPv4 address", "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseBooting, "message": "running; waiting for the guest's IPv4 address", "secretName": "web-proxy", "host": "default"},
 		},
 		"NotAnIPv4Address": {
 			observed: map[string]string{ResourceDomain: `
@@ -513,7 +516,7 @@ kind: KVMDomain
 status:
   atProvider: {state: Running, ipv4: "not-an-ip"}
 `},
-			wantStatus: map[string]any{"phase": PhaseBooting, "message": "", "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseBooting, "message": "", "secretName": "web-proxy", "host": "default"},
 		},
 		"ReconcileError": {
 			observed: map[string]string{ResourceDomain: `
@@ -522,7 +525,7 @@ kind: KVMDomain
 status:
   conditions: [{type: Synced, status: "False", reason: ReconcileError, message: "cannot get BaseImage debian: not found"}]
 `, ResourceSeed: observedSeedReady, ResourceBaseImage: observedImageReady},
-			wantStatus: map[string]any{"phase": PhaseError, "message": "cannot get BaseImage debian: not found", "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseError, "message": "cannot get BaseImage debian: not found", "secretName": "web-proxy", "host": "default"},
 		},
 		"ReferenceToAnInputNotObservedYetIsNotAnError": {
 			observed: map[string]string{ResourceDomain: `
@@ -531,7 +534,7 @@ kind: KVMDomain
 status:
   conditions: [{type: Synced, status: "False", reason: ReconcileError, message: "cannot resolve references: SeedVolume web-seed not found"}]
 `},
-			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for its SeedVolume to be created", "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for its SeedVolume to be created", "secretName": "web-proxy", "host": "default"},
 		},
 		"ReferenceToAnInputNotReadyYetIsNotAnError": {
 			observed: map[string]string{ResourceDomain: `
@@ -546,7 +549,7 @@ metadata: {name: web-seed}
 status:
   conditions: [{type: Ready, status: "False", reason: Creating, message: "uploading the seed"}]
 `},
-			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for SeedVolume web-seed to be Ready: uploading the seed", "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for SeedVolume web-seed to be Ready: uploading the seed", "secretName": "web-proxy", "host": "default"},
 		},
 		"WaitingForAnInputIsNotAnError": {
 			observed: map[string]string{ResourceDomain: `
@@ -556,7 +559,7 @@ status:
   atProvider: {waitingFor: SeedVolume web-seed}
   conditions: [{type: Synced, status: "False", reason: ReconcileError}]
 `},
-			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for SeedVolume web-seed to be Ready", "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for SeedVolume web-seed to be Ready", "secretName": "web-proxy", "host": "default"},
 		},
 		"WaitingNamesTheInputsOwnMessage": {
 			observed: map[string]string{
@@ -573,7 +576,7 @@ kind: SeedVolume
 status:
   conditions: [{type: Synced, status: "False", reason: ReconcileError, message: "cannot upload the seed volume: pool default is not active"}]
 `},
-			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for SeedVolume web-seed to be Ready: cannot upload the seed volume: pool default is not active", "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "waiting for SeedVolume web-seed to be Ready: cannot upload the seed volume: pool default is not active", "secretName": "web-proxy", "host": "default"},
 		},
 		"JustComposedIsStillCreating": {
 			observed: map[string]string{ResourceDomain: `
@@ -581,7 +584,7 @@ apiVersion: kvm.crossplane.io/v1alpha1
 kind: KVMDomain
 status: {}
 `},
-			wantStatus: map[string]any{"phase": PhaseCreating, "message": "", "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseCreating, "message": "", "secretName": "web-proxy", "host": "default"},
 		},
 		"ShutOff": {
 			observed: map[string]string{ResourceDomain: `
@@ -591,7 +594,7 @@ status:
   atProvider: {state: ShutOff}
   conditions: [{type: Synced, status: "True"}, {type: Ready, status: "False", message: "domain is ShutOff"}]
 `},
-			wantStatus: map[string]any{"phase": PhaseStopped, "message": "domain is ShutOff", "secretName": "web-proxy"},
+			wantStatus: map[string]any{"phase": PhaseStopped, "message": "domain is ShutOff", "secretName": "web-proxy", "host": "default"},
 		},
 		"SecretKeptWhileAddressUnknown": {
 			observed: map[string]string{
@@ -604,7 +607,7 @@ status:
 				ResourceSecret: observedSecret49,
 			},
 			wantStatus: map[string]any{
-				"phase": PhaseBooting, "message": "", "secretName": "web-proxy",
+				"phase": PhaseBooting, "message": "", "secretName": "web-proxy", "host": "default",
 				"ip": "192.168.122.49", "url": "http://web-proxy.team-a.svc:3128",
 			},
 			wantSecret: secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:3128", "web-proxy.team-a.svc", "192.168.122.49", "3128"),
@@ -616,7 +619,7 @@ status:
 				ResourceSecret: observedSecret49,
 			},
 			wantStatus: map[string]any{
-				"phase": PhaseReady, "message": "", "secretName": "web-proxy",
+				"phase": PhaseReady, "message": "", "secretName": "web-proxy", "host": "default",
 				"ip": "192.168.122.50", "url": "http://web-proxy.team-a.svc:3128",
 			},
 			wantSecret: secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:3128", "web-proxy.team-a.svc", "192.168.122.50", "3128"),
@@ -937,7 +940,7 @@ func TestValidateDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Host != "default" || p.VCPU != 1 || p.MemoryMiB != 512 || p.Port != 3128 || p.DiskSizeGiB != nil || p.ProbeURL != "" {
+	if p.Host != "" || p.VCPU != 1 || p.MemoryMiB != 512 || p.Port != 3128 || p.DiskSizeGiB != nil || p.ProbeURL != "" {
 		t.Errorf("defaults: %+v", p)
 	}
 	var cidrs []string

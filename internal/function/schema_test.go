@@ -99,7 +99,6 @@ func TestXRDSchemaDefaults(t *testing.T) {
 		t.Fatalf("minimal Proxy rejected: %v", errs.ToAggregate())
 	}
 	want := obj(t, `
-host: default
 image: {baseImageName: debian-12}
 vcpu: 1
 memoryMiB: 512
@@ -163,6 +162,9 @@ func TestXRDSchemaAndFunctionAgree(t *testing.T) {
 		"ProbeHTTPS":      {spec: "{image: {baseImageName: deb}, probe: {url: 'https://x/'}}", schemaErr: "spec.probe.url"},
 		"ProbeNoURL":      {spec: "{image: {baseImageName: deb}, probe: {expectedStatus: 200}}", schemaErr: "spec.probe.url"},
 		"HostInvalid":     {spec: "{image: {baseImageName: deb}, host: Lab_Host}", schemaErr: "spec.host"},
+		"HostAndSelector": {spec: "{image: {baseImageName: deb}, host: lab, hostSelector: {zone: east}}", schemaErr: "set either host"},
+		"SelectorOnly":    {spec: "{image: {baseImageName: deb}, hostSelector: {zone: east}}", fnOK: true},
+		"SelectorBadKey":  {spec: "{image: {baseImageName: deb}, hostSelector: {'bad key': x}}", fnOK: false},
 		"VCPUZero":        {spec: "{image: {baseImageName: deb}, vcpu: 0}", schemaErr: "spec.vcpu"},
 		"MemoryTiny":      {spec: "{image: {baseImageName: deb}, memoryMiB: 64}", schemaErr: "spec.memoryMiB"},
 		"DomainWildcard":  {spec: "{image: {baseImageName: deb}, allowedDomains: [.example.com, www.example.org, 192.168.122.1]}", fnOK: true},
@@ -251,6 +253,36 @@ func TestExamples(t *testing.T) {
 				if ns := o["metadata"].(map[string]any)["namespace"]; ns != tc.wantNS {
 					t.Errorf("%s composed into %v, want %s", name, ns, tc.wantNS)
 				}
+			}
+		})
+	}
+}
+
+// TestXRDHostOnUpdate: a placed Proxy cannot be given a host later, nor a given host removed,
+// nor a hostSelector changed (placement happens once and is kept).
+func TestXRDHostOnUpdate(t *testing.T) {
+	s := loadProxySchema(t)
+	const head = "apiVersion: platform.kvm.crossplane.io/v1alpha1\nkind: Proxy\nmetadata: {name: web, namespace: team-a}\n"
+	cases := map[string]struct {
+		old, new string
+		wantErr  string // "" admitted
+	}{
+		"Unchanged":       {old: "{image: {baseImageName: deb}}", new: "{image: {baseImageName: deb}, vcpu: 2}"},
+		"HostAdded":       {old: "{image: {baseImageName: deb}}", new: "{image: {baseImageName: deb}, host: lab}", wantErr: "host cannot be set or removed after creation"},
+		"HostRemoved":     {old: "{image: {baseImageName: deb}, host: lab}", new: "{image: {baseImageName: deb}}", wantErr: "host cannot be set or removed after creation"},
+		"HostChanged":     {old: "{image: {baseImageName: deb}, host: lab}", new: "{image: {baseImageName: deb}, host: other}", wantErr: "host cannot change after creation"},
+		"SelectorChanged": {old: "{image: {baseImageName: deb}, hostSelector: {zone: a}}", new: "{image: {baseImageName: deb}, hostSelector: {zone: b}}", wantErr: "hostSelector cannot change"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			oldObj, newObj := obj(t, head+"spec:\n"+indent(tc.old)), obj(t, head+"spec:\n"+indent(tc.new))
+			errs, _ := s.cel.Validate(context.Background(), nil, s.structural, newObj, oldObj, celconfig.RuntimeCELCostBudget)
+			got := errs.ToAggregate()
+			switch {
+			case tc.wantErr == "" && got != nil:
+				t.Errorf("update refused: %v", got)
+			case tc.wantErr != "" && (got == nil || !strings.Contains(got.Error(), tc.wantErr)):
+				t.Errorf("update error %v, want one with %q", got, tc.wantErr)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"sort"
 	"strings"
 	"unicode"
 
@@ -15,9 +16,9 @@ import (
 
 // Defaults of the Proxy API. The XRDs default the same fields; the function applies them
 // again so that it behaves the same when the API server did not (crossplane render without
-// --xrd, an XR written before a default was added).
+// --xrd, an XR written before a default was added). spec.host has no default: a Proxy without
+// one is placed (placement.go).
 const (
-	DefaultHost           = "default"
 	DefaultVCPU           = 1
 	DefaultMemoryMiB      = 512
 	DefaultPort           = 3128
@@ -29,21 +30,22 @@ var DefaultAllowedCIDRs = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/1
 
 // Limits shared with the XRDs' OpenAPI schemas and the KVMDomain API.
 const (
-	maxVCPU         = 256
-	minMemoryMiB    = 128
-	maxMemoryMiB    = 4194304
-	maxDiskSizeGiB  = 65536
-	maxDirectiveLen = 1024
-	maxDirectives   = 100
-	maxSSHKeyLen    = 8192
-	maxSSHKeys      = 32
-	maxCIDRs        = 64
-	maxDomains      = 256
-	maxURLLen       = 2048
-	minExpectedCode = 100
-	maxExpectedCode = 599
-	sha256HexLen    = 64
-	maxPortNumber   = 65535
+	maxVCPU           = 256
+	maxSelectorLabels = 32
+	minMemoryMiB      = 128
+	maxMemoryMiB      = 4194304
+	maxDiskSizeGiB    = 65536
+	maxDirectiveLen   = 1024
+	maxDirectives     = 100
+	maxSSHKeyLen      = 8192
+	maxSSHKeys        = 32
+	maxCIDRs          = 64
+	maxDomains        = 256
+	maxURLLen         = 2048
+	minExpectedCode   = 100
+	maxExpectedCode   = 599
+	sha256HexLen      = 64
+	maxPortNumber     = 65535
 )
 
 var (
@@ -57,17 +59,18 @@ var (
 // zero (invalid) differ. Unknown fields, among them the ones Crossplane adds (crossplane,
 // claimRef, resourceRefs) and any namespace a user might slip in, are ignored.
 type ProxySpec struct {
-	Host              string     `json:"host,omitempty"`
-	Image             ImageSpec  `json:"image"`
-	VCPU              *int64     `json:"vcpu,omitempty"`
-	MemoryMiB         *int64     `json:"memoryMiB,omitempty"`
-	DiskSizeGiB       *int64     `json:"diskSizeGiB,omitempty"`
-	Port              *int64     `json:"port,omitempty"`
-	AllowedCIDRs      []string   `json:"allowedCIDRs,omitempty"`
-	AllowedDomains    []string   `json:"allowedDomains,omitempty"`
-	SquidDirectives   []string   `json:"squidDirectives,omitempty"`
-	SSHAuthorizedKeys []string   `json:"sshAuthorizedKeys,omitempty"`
-	Probe             *ProbeSpec `json:"probe,omitempty"`
+	Host              string            `json:"host,omitempty"`
+	HostSelector      map[string]string `json:"hostSelector,omitempty"`
+	Image             ImageSpec         `json:"image"`
+	VCPU              *int64            `json:"vcpu,omitempty"`
+	MemoryMiB         *int64            `json:"memoryMiB,omitempty"`
+	DiskSizeGiB       *int64            `json:"diskSizeGiB,omitempty"`
+	Port              *int64            `json:"port,omitempty"`
+	AllowedCIDRs      []string          `json:"allowedCIDRs,omitempty"`
+	AllowedDomains    []string          `json:"allowedDomains,omitempty"`
+	SquidDirectives   []string          `json:"squidDirectives,omitempty"`
+	SSHAuthorizedKeys []string          `json:"sshAuthorizedKeys,omitempty"`
+	Probe             *ProbeSpec        `json:"probe,omitempty"`
 }
 
 // ImageSpec says which image the proxy boots: a shared BaseImage, or a new one to cache.
@@ -85,6 +88,7 @@ type ProbeSpec struct {
 
 // Proxy is a validated, defaulted ProxySpec.
 type Proxy struct {
+	// Host is spec.host; "" when the Proxy is placed (placement.go), which sets it.
 	Host              string
 	BaseImageName     string // a shared BaseImage; empty when the proxy caches its own
 	ImageURL          string // the image to cache; empty when BaseImageName is set
@@ -111,11 +115,24 @@ func (s ProxySpec) Validate() (Proxy, error) { //nolint:gocyclo // a flat list o
 	}
 	p := Proxy{Host: s.Host}
 
-	if p.Host == "" {
-		p.Host = DefaultHost
+	if p.Host != "" {
+		for _, m := range validation.IsDNS1123Subdomain(p.Host) {
+			bad("host", "%q is not a valid ClusterProviderConfig name: %s", p.Host, m)
+		}
+		if len(s.HostSelector) > 0 {
+			bad("hostSelector", "set either host (a given host) or hostSelector (placed among the hosts with these labels), not both")
+		}
 	}
-	for _, m := range validation.IsDNS1123Subdomain(p.Host) {
-		bad("host", "%q is not a valid ClusterProviderConfig name: %s", p.Host, m)
+	if len(s.HostSelector) > maxSelectorLabels {
+		bad("hostSelector", "must list at most %d labels, got %d", maxSelectorLabels, len(s.HostSelector))
+	}
+	for _, k := range sortedKeys(s.HostSelector) {
+		for _, m := range validation.IsQualifiedName(k) {
+			bad("hostSelector", "%q is not a valid label key: %s", k, m)
+		}
+		for _, m := range validation.IsValidLabelValue(s.HostSelector[k]) {
+			bad("hostSelector."+k, "%q is not a valid label value: %s", s.HostSelector[k], m)
+		}
 	}
 
 	img := s.Image
@@ -242,6 +259,15 @@ func (s ProxySpec) Validate() (Proxy, error) { //nolint:gocyclo // a flat list o
 		return Proxy{}, errors.New(strings.Join(msgs, "; "))
 	}
 	return p, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func intOr(v *int64, def int64) int64 {

@@ -47,6 +47,8 @@ type Resolved struct {
 	ImageSources v1alpha1.ImageSourcePolicy
 	// Unschedulable is the config's spec.unschedulable: the host is cordoned.
 	Unschedulable bool
+	// Allocation is the config's spec.allocation: how far domains may commit the host.
+	Allocation *v1alpha1.AllocationRatios
 	// Source names the config it came from, e.g. "ClusterProviderConfig/default", for
 	// messages and events.
 	Source string
@@ -146,6 +148,7 @@ func ResolveRef(ctx context.Context, c client.Reader, namespace string, ref *xpv
 		r.Imports = *spec.Imports
 	}
 	r.Unschedulable = spec.Unschedulable
+	r.Allocation = spec.Allocation
 	if r.Host.Transport != host.TransportSSH && r.Host.Transport != "" {
 		return r, nil
 	}

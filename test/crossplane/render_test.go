@@ -27,6 +27,9 @@ const (
 	proxyFull         = "internal/function/testdata/proxy-full.yaml"
 	proxyClaim        = "internal/function/testdata/proxyclaim.yaml"
 	testdata          = "test/crossplane/testdata"
+	// hosts are the required resources of every render: the ClusterProviderConfigs and the
+	// shared BaseImage a Proxy without spec.host is placed by.
+	hosts = testdata + "/hosts.yaml"
 )
 
 // renderCase is one `crossplane render` run. Its output is compared with
@@ -67,7 +70,9 @@ func TestRender(t *testing.T) {
 			name: "proxy-minimal", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2, fullXR: true,
 			check: func(t *testing.T, out rendered) {
 				out.wantDefaults(t)
-				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy"})
+				// Placed on "default": "full" has no room, "maintenance" is cordoned, and the
+				// shared BaseImage is on "default".
+				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy", "host": "default"})
 				out.wantReady(t, "False", "Creating")
 				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy")
 				d := out.composed(t, "domain")
@@ -102,7 +107,7 @@ func TestRender(t *testing.T) {
 			name: "xproxy-from-claim", composition: compositionLegacy, xrd: xrdLegacy, fullXR: true,
 			check: func(t *testing.T, out rendered) {
 				out.wantDefaults(t)
-				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy"})
+				out.wantStatus(t, map[string]any{"phase": "Creating", "message": "", "secretName": "egress-proxy", "host": "default"})
 				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy")
 				for _, o := range out.objects[1:] {
 					if o.GetKind() != "Result" && o.GetNamespace() != "team-c" {
@@ -115,7 +120,7 @@ func TestRender(t *testing.T) {
 			name: "proxy-booting", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2,
 			observed: testdata + "/observed-booting.yaml",
 			check: func(t *testing.T, out rendered) {
-				out.wantStatus(t, map[string]any{"phase": "Booting", "message": "running; waiting for the guest's IPv4 address", "secretName": "egress-proxy"})
+				out.wantStatus(t, map[string]any{"phase": "Booting", "message": "running; waiting for the guest's IPv4 address", "secretName": "egress-proxy", "host": "default"})
 				out.wantReady(t, "False", "Creating")
 				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy")
 			},
@@ -125,7 +130,7 @@ func TestRender(t *testing.T) {
 			observed: testdata + "/observed-ready.yaml",
 			check: func(t *testing.T, out rendered) {
 				out.wantStatus(t, map[string]any{
-					"phase": "Ready", "message": "", "secretName": "egress-proxy",
+					"phase": "Ready", "message": "", "secretName": "egress-proxy", "host": "default",
 					"ip": "192.168.122.57", "url": "http://egress-proxy.team-a.svc:3128",
 				})
 				out.wantReady(t, "True", "Available")
@@ -143,6 +148,16 @@ func TestRender(t *testing.T) {
 				if d := cmp.Diff(want, got); d != "" {
 					t.Errorf("Secret egress-proxy data (-want +got):\n%s", d)
 				}
+			},
+		},
+		{
+			name: "proxy-no-host-fits", xr: testdata + "/proxy-too-big.yaml", composition: compositionV2, xrd: xrdV2,
+			check: func(t *testing.T, out rendered) {
+				why := "no host fits: default: needs 102400 MiB of memory, 86016 MiB left; full: needs 102400 MiB of memory, 0 MiB left; maintenance: cordoned (spec.unschedulable)"
+				out.wantStatus(t, map[string]any{"phase": "Pending", "message": why, "secretName": "huge-proxy"})
+				out.wantComposed(t)
+				out.wantReady(t, "False", "Creating") // not Available although nothing is composed
+				out.wantCondition(t, "Placed", "False", "NoHostFits", why)
 			},
 		},
 		{
@@ -204,12 +219,21 @@ func TestRender(t *testing.T) {
 			if tc.policy != "" {
 				tc.composition = withPolicy(t, filepath.Join(root, tc.composition), tc.policy)
 			}
-			args := []string{"render", xr, tc.composition, functions, "--xrd=" + tc.xrd, "--include-function-results"}
+			// The hosts are required resources of every render; a case's own go beside them
+			// (render takes one file or directory).
+			required := hosts
+			if tc.required != "" {
+				required = t.TempDir()
+				b, err := os.ReadFile(filepath.Join(root, hosts))
+				if err != nil {
+					t.Fatal(err)
+				}
+				writeYAMLDocs(t, required, "hosts.yaml", string(b))
+				writeYAMLDocs(t, required, "required.yaml", tc.required)
+			}
+			args := []string{"render", xr, tc.composition, functions, "--xrd=" + tc.xrd, "--include-function-results", "--required-resources=" + required}
 			if tc.observed != "" {
 				args = append(args, "--observed-resources="+tc.observed)
-			}
-			if tc.required != "" {
-				args = append(args, "--required-resources="+writeYAMLDocs(t, t.TempDir(), "required.yaml", tc.required))
 			}
 			if tc.fullXR {
 				args = append(args, "--include-full-xr")
@@ -314,6 +338,23 @@ func (r rendered) xr(t *testing.T) *unstructured.Unstructured {
 	return r.objects[0]
 }
 
+// wantCondition checks a condition of the XR.
+func (r rendered) wantCondition(t *testing.T, typ, status, reason, message string) {
+	t.Helper()
+	conds, _, _ := unstructured.NestedSlice(r.xr(t).Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ {
+			got := []any{m["status"], m["reason"], m["message"]}
+			if d := cmp.Diff([]any{status, reason, message}, got); d != "" {
+				t.Errorf("XR condition %s (-want +got):\n%s", typ, d)
+			}
+			return
+		}
+	}
+	t.Errorf("XR has no %s condition: %v", typ, conds)
+}
+
 func (r rendered) wantStatus(t *testing.T, want map[string]any) {
 	t.Helper()
 	st, _, _ := unstructured.NestedMap(r.xr(t).Object, "status")
@@ -328,7 +369,9 @@ func (r rendered) wantStatus(t *testing.T, want map[string]any) {
 func (r rendered) wantDefaults(t *testing.T) {
 	t.Helper()
 	xr := r.xr(t)
-	wantField(t, xr, "spec.host", "default")
+	if h, ok, _ := unstructured.NestedString(xr.Object, "spec", "host"); ok {
+		t.Errorf("spec.host = %q: the XRD must not default it (a Proxy without host is placed)", h)
+	}
 	wantField(t, xr, "spec.vcpu", int64(1))
 	wantField(t, xr, "spec.memoryMiB", int64(512))
 	wantField(t, xr, "spec.port", int64(3128))

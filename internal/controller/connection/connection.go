@@ -80,6 +80,9 @@ type Session struct {
 	// Unschedulable is true when the config cordons its host (spec.unschedulable): new
 	// objects are not placed there.
 	Unschedulable bool
+	// Allocation is the config's spec.allocation: how far the provider's domains may commit
+	// the host (internal/placement).
+	Allocation *v1alpha1.AllocationRatios
 	// ImportsAllowed is true when the config lets this resource import existing objects.
 	ImportsAllowed bool
 	// Grant is what the resource's namespace may use of the host: networks, bridges (with
@@ -115,6 +118,7 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 		}
 	}
 	s.Unschedulable = r.Unschedulable
+	s.Allocation = r.Allocation
 	if s.conn, err = c.Conns.Get(s.context(ctx), r.Host); err != nil {
 		return nil, errors.Wrapf(err, errConnect, r.Source)
 	}

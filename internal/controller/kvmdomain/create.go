@@ -165,7 +165,9 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 }
 
 // define defines a new domain under the host's lock, checking again that its MAC address is
-// still unique (another KVMDomain may have taken it since checkGrants).
+// still unique (another KVMDomain may have taken it since checkGrants), and that the host has
+// room for it (room.go): two domains placed on the host from the same view of it cannot both
+// take its last room.
 func (e *external) define(ctx context.Context, cr *v1alpha1.KVMDomain, x string) error {
 	unlock, err := e.defines.lock(ctx, e.host)
 	if err != nil {
@@ -173,6 +175,9 @@ func (e *external) define(ctx context.Context, cr *v1alpha1.KVMDomain, x string)
 	}
 	defer unlock()
 	if err := e.checkMAC(ctx, cr); err != nil {
+		return err
+	}
+	if err := e.checkRoom(ctx, cr); err != nil {
 		return err
 	}
 	return e.lv.DefineDomain(ctx, x)

@@ -17,6 +17,8 @@ type fakeHost struct {
 	ip      func(name, mac, source string) (string, error)
 	// ranges are the libvirt networks' IPv4 ranges, by network name.
 	ranges map[string][]netip.Prefix
+	// node is the host's size; nil: a host far larger than any test needs.
+	node *libvirt.NodeInfo
 }
 
 func newFakeHost() *fakeHost {
@@ -46,6 +48,13 @@ func (h *fakeHost) DomainDefinitions(context.Context) ([]string, error) {
 		out = append(out, d.XML)
 	}
 	return out, nil
+}
+
+func (h *fakeHost) NodeInfo(context.Context) (libvirt.NodeInfo, error) {
+	if h.node != nil {
+		return *h.node, nil
+	}
+	return libvirt.NodeInfo{CPUs: 64, MemoryBytes: 256 << 30}, nil
 }
 
 func (h *fakeHost) NetworkRanges(_ context.Context, name string) ([]netip.Prefix, error) {

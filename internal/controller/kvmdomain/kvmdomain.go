@@ -145,6 +145,7 @@ type Host interface {
 	Domain(ctx context.Context, name string) (libvirt.DomainInfo, error)
 	DomainIPv4(ctx context.Context, name, mac, source string) (string, error)
 	DomainDefinitions(ctx context.Context) ([]string, error)
+	NodeInfo(ctx context.Context) (libvirt.NodeInfo, error)
 	NetworkRanges(ctx context.Context, name string) ([]netip.Prefix, error)
 	DefineDomain(ctx context.Context, xml string) error
 	SetAutostart(ctx context.Context, name string, on bool) error
@@ -178,7 +179,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, probes: c.probes, defaults: s.Defaults, source: s.Source, grant: s.Grant, defines: c.defines,
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
-		policies: c.policies, unschedulable: s.Unschedulable,
+		policies: c.policies, unschedulable: s.Unschedulable, allocation: s.Allocation,
 	}, nil
 }
 
@@ -204,6 +205,9 @@ type external struct {
 	policies bool
 	// unschedulable: the host is cordoned, no new domain is created (cordon.go).
 	unschedulable bool
+	// allocation: the config's allocation ratios; a new domain that does not fit is refused
+	// (room.go).
+	allocation *v1alpha1.AllocationRatios
 	// gone is called once the resource's deletion found nothing left on the host: what the
 	// process keeps of it (its domain events' binding, its probe) is let go.
 	gone func()

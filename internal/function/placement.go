@@ -1,0 +1,289 @@
+package function
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/request"
+	"github.com/crossplane/function-sdk-go/resource"
+	"github.com/crossplane/function-sdk-go/resource/composite"
+
+	ppv1 "github.com/provider-kvm/provider-kvm/apis/proxypolicy/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
+	"github.com/provider-kvm/provider-kvm/internal/placement"
+)
+
+// RequirementHosts names the required resources the function asks Crossplane for to place a
+// Proxy: the ClusterProviderConfigs its selector (and the platform's) match.
+const RequirementHosts = "hosts"
+
+// RequirementBaseImage names the required resource the function asks for to place a Proxy
+// that boots a shared BaseImage: that BaseImage, in the Proxy's namespace. A domain boots a
+// BaseImage of its own host only, so the Proxy goes where the image is.
+const RequirementBaseImage = "base-image"
+
+// RequirementNamespace names the required resource the function asks for when a host admits
+// namespaces by label: the Proxy's own Namespace.
+const RequirementNamespace = "namespace"
+
+// needsNamespace is true when a host among got admits namespaces by a label selector.
+func needsNamespace(got []resource.Required) bool {
+	for _, r := range got {
+		if sel, ok, _ := unstructured.NestedMap(r.Resource.Object, "spec", "allowedNamespaces", "selector"); ok && sel != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// The Placed condition of a Proxy, and its reasons.
+const (
+	ConditionPlaced   = "Placed"
+	ReasonHostGiven   = "HostGiven"  // spec.host names the host
+	ReasonPlaced      = "Placed"     // the function chose the host (status.host), for good
+	ReasonNoHostFits  = "NoHostFits" // no host matches, or none has room: nothing is composed
+	ReasonChoosing    = "Choosing"   // the hosts were asked for; Crossplane calls again with them
+	PhasePending      = "Pending"    // no host yet: nothing is composed
+	msgChoosing       = "choosing a host"
+	hostsAPIVersion   = "kvm.crossplane.io/v1alpha1"
+	statusHostField   = "status.host"
+	readyConditionTyp = "Ready"
+)
+
+// where is the outcome of placement: the host, or why there is none yet.
+type where struct {
+	host   string
+	reason string // one of the Reason* constants
+	// message of the Placed condition: where and why, or each host considered and why it was
+	// skipped.
+	message string
+	// selector is set while the hosts are needed: they are asked for on every call until the
+	// Proxy is placed, so Crossplane's requirements settle.
+	selector map[string]string
+	// image is the shared BaseImage asked for with the hosts ("" none), in namespace ns.
+	image, ns string
+	// namespaceNeeded: the Proxy's Namespace is asked for too (a host admits namespaces by
+	// label).
+	namespaceNeeded bool
+}
+
+// locate decides the host of a Proxy. In order: spec.host when given (as before placement);
+// the host its composed resources already name, or failing that status.host (placement is
+// sticky: a Proxy never moves on its own, and a later change of capacity never moves it);
+// else the host placement chooses among the ClusterProviderConfigs Crossplane gave for the
+// requirement (asked for in this response when not given yet).
+func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed) (where, error) { //nolint:gocyclo // one ordered list of where a host comes from
+
+	if spec.Host != "" {
+		return where{host: p.Host, reason: ReasonHostGiven, message: "spec.host names host " + p.Host}, nil
+	}
+	if h := composedHost(observed); h != "" {
+		return where{host: h, reason: ReasonPlaced, message: "placed on host " + h}, nil
+	}
+	if h, _ := xr.GetString(statusHostField); h != "" {
+		return where{host: h, reason: ReasonPlaced, message: "placed on host " + h}, nil
+	}
+	sel, err := selector(spec.HostSelector, pol)
+	if err != nil {
+		return where{}, err
+	}
+	w := where{selector: sel, image: p.BaseImageName, ns: ns}
+	got, ok, err := request.GetRequiredResource(req, RequirementHosts)
+	if err != nil {
+		return w, errors.Wrap(err, "cannot read the hosts (ClusterProviderConfigs) Crossplane gave")
+	}
+	imageHost, imageOK := "", true
+	if p.BaseImageName != "" {
+		var imgs []resource.Required
+		imgs, imageOK, err = request.GetRequiredResource(req, RequirementBaseImage)
+		if err != nil {
+			return w, errors.Wrap(err, "cannot read the BaseImage Crossplane gave")
+		}
+		imageHost = baseImageHost(imgs, ns)
+	}
+	if !ok || !imageOK {
+		w.reason, w.message = ReasonChoosing, msgChoosing
+		return w, nil
+	}
+	var nsLabels map[string]string
+	hosts := make([]placement.Host, 0, len(got))
+	for _, r := range got {
+		h, err := candidate(r.Resource.Object)
+		if err != nil {
+			return w, err
+		}
+		if imageHost != "" && h.Name != imageHost {
+			h.Excluded = fmt.Sprintf("BaseImage %s is on host %s", p.BaseImageName, imageHost)
+		}
+		hosts = append(hosts, h)
+	}
+	// A host that does not admit the Proxy's namespace (spec.allowedNamespaces) would refuse
+	// everything composed there. A label selector needs the Namespace's labels: it is asked
+	// for only then.
+	if needsNamespace(got) {
+		w.namespaceNeeded = true
+		nss, ok, err := request.GetRequiredResource(req, RequirementNamespace)
+		if err != nil {
+			return w, errors.Wrap(err, "cannot read the Namespace Crossplane gave")
+		}
+		if !ok {
+			w.reason, w.message = ReasonChoosing, msgChoosing
+			return w, nil
+		}
+		for _, n := range nss {
+			if n.Resource.GetName() == ns {
+				nsLabels = n.Resource.GetLabels()
+			}
+		}
+	}
+	for i, r := range got {
+		if hosts[i].Excluded != "" {
+			continue
+		}
+		var c v1alpha1.ClusterProviderConfig
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.Resource.Object, &c); err != nil {
+			return w, errors.Wrap(err, "cannot read a ClusterProviderConfig Crossplane gave")
+		}
+		if err := hostgrants.Admit(v1alpha1.ClusterProviderConfigKind+"/"+c.GetName(), c.Spec.AllowedNamespaces, hostgrants.Namespace{Name: ns, Labels: nsLabels}); err != nil {
+			hosts[i].Excluded = "does not admit namespace " + ns + " (spec.allowedNamespaces)"
+		}
+	}
+	want := placement.Size{VCPUs: int64(p.VCPU), MemoryBytes: int64(p.MemoryMiB) << 20}
+	d := placement.Place(hosts, want)
+	if d.Host == "" {
+		w.reason, w.message = ReasonNoHostFits, d.Why()
+		if len(hosts) == 0 && len(sel) > 0 {
+			w.message = "no host (ClusterProviderConfig) has the labels " + labels(sel)
+		}
+		return w, nil
+	}
+	w.host, w.reason = d.Host, ReasonPlaced
+	w.message = fmt.Sprintf("placed on host %s: %d MiB of memory and %d vCPUs left there once placed (of %d hosts considered)", d.Host, d.Room.MemoryBytes>>20, d.Room.VCPUs, len(hosts))
+	return w, nil
+}
+
+// baseImageHost is the ClusterProviderConfig the shared BaseImage uses: "" when it does not
+// exist (yet; the domain waits for it wherever it goes) or uses a namespaced ProviderConfig
+// (which Proxies do not use). Only a BaseImage of the Proxy's own namespace counts, whatever
+// Crossplane gave: another namespace's must neither steer placement nor be named.
+func baseImageHost(imgs []resource.Required, ns string) string {
+	for _, i := range imgs {
+		if i.Resource.GetNamespace() != ns {
+			continue
+		}
+		kind, _, _ := unstructured.NestedString(i.Resource.Object, "spec", "providerConfigRef", "kind")
+		name, _, _ := unstructured.NestedString(i.Resource.Object, "spec", "providerConfigRef", "name")
+		if kind == v1alpha1.ClusterProviderConfigKind && name != "" {
+			return name
+		}
+	}
+	return ""
+}
+
+// composedHost is the ClusterProviderConfig the Proxy's composed resources name: where they
+// live, whatever status says (it is lost when the Proxy is restored from a backup without
+// status, say).
+func composedHost(observed map[resource.Name]resource.ObservedComposed) string {
+	for _, n := range []resource.Name{ResourceDomain, ResourceSeed, ResourceBaseImage} {
+		if o, ok := observed[n]; ok {
+			if h, _ := o.Resource.GetString("spec.providerConfigRef.name"); h != "" {
+				return h
+			}
+		}
+	}
+	return ""
+}
+
+// selector is the Proxy's hostSelector with the platform's: a host must have every label of
+// both. A label both name with different values matches no host, and is refused.
+func selector(proxy map[string]string, pol ppv1.ProxyPolicy) (map[string]string, error) {
+	sel := map[string]string{}
+	if pol.Placement != nil {
+		for k, v := range pol.Placement.HostSelector {
+			sel[k] = v
+		}
+	}
+	for k, v := range proxy {
+		if pv, ok := sel[k]; ok && pv != v {
+			return nil, errors.Errorf("spec.hostSelector: %s=%s conflicts with the platform's placement, which selects hosts with %s=%s", k, v, k, pv)
+		}
+		sel[k] = v
+	}
+	return sel, nil
+}
+
+func labels(sel map[string]string) string {
+	kv := make([]string, 0, len(sel))
+	for k, v := range sel {
+		kv = append(kv, k+"="+v)
+	}
+	sort.Strings(kv)
+	return strings.Join(kv, ",")
+}
+
+// candidate reads a ClusterProviderConfig as placement sees it: its Ready condition, cordon,
+// allocation ratios, and the size and usage the provider's host status controller wrote.
+func candidate(obj map[string]any) (placement.Host, error) {
+	var c v1alpha1.ClusterProviderConfig
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &c); err != nil {
+		return placement.Host{}, errors.Wrap(err, "cannot read a ClusterProviderConfig Crossplane gave")
+	}
+	h := placement.Host{Name: c.GetName(), Unschedulable: c.Spec.Unschedulable}
+	for _, cd := range c.Status.Conditions {
+		if string(cd.Type) == readyConditionTyp {
+			h.Ready = cd.Status == "True"
+		}
+	}
+	h.Ratios, h.RatiosErr = placement.RatiosOf(c.Spec.Allocation)
+	if s := c.Status.Host; s != nil {
+		h.Size.VCPUs = int64(s.CPUs)
+		if s.MemoryTotal != nil {
+			h.Size.MemoryBytes = s.MemoryTotal.Value()
+		}
+		h.Used.VCPUs = int64(s.Managed.VCPUs)
+		if s.Managed.Memory != nil {
+			h.Used.MemoryBytes = s.Managed.Memory.Value()
+		}
+	}
+	return h, nil
+}
+
+// require asks Crossplane for the hosts sel matches (every ClusterProviderConfig when sel is
+// empty).
+func require(rsp *fnv1.RunFunctionResponse, w where) {
+	if rsp.Requirements == nil {
+		rsp.Requirements = &fnv1.Requirements{}
+	}
+	if rsp.Requirements.Resources == nil {
+		rsp.Requirements.Resources = map[string]*fnv1.ResourceSelector{}
+	}
+	rsp.Requirements.Resources[RequirementHosts] = &fnv1.ResourceSelector{
+		ApiVersion: hostsAPIVersion,
+		Kind:       v1alpha1.ClusterProviderConfigKind,
+		Match:      &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: w.selector}},
+	}
+	if w.namespaceNeeded {
+		rsp.Requirements.Resources[RequirementNamespace] = &fnv1.ResourceSelector{
+			ApiVersion: "v1",
+			Kind:       "Namespace",
+			Match:      &fnv1.ResourceSelector_MatchName{MatchName: w.ns},
+		}
+	}
+	if w.image != "" {
+		ns := w.ns
+		rsp.Requirements.Resources[RequirementBaseImage] = &fnv1.ResourceSelector{
+			ApiVersion: hostsAPIVersion,
+			Kind:       v1alpha1.BaseImageKind,
+			Match:      &fnv1.ResourceSelector_MatchName{MatchName: w.image},
+			Namespace:  &ns,
+		}
+	}
+}
