@@ -27,6 +27,7 @@ apiVersion: platform.kvm.crossplane.io/v1alpha1
 kind: Proxy
 metadata: {name: ` + name + `, namespace: team-a, creationTimestamp: "` + created + `"}
 spec:
+  host: default # given, so that no placement is needed
   image: {baseImageName: debian-12}
   vcpu: ` + strconv.Itoa(vcpu) + `
   probe: {url: "http://192.168.122.1:8204/"}

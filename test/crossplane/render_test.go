@@ -152,6 +152,8 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name: "proxy-no-host-fits", xr: testdata + "/proxy-too-big.yaml", composition: compositionV2, xrd: xrdV2,
+			// A platform that allows Proxies bigger than any host has room for.
+			policy: "apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1\nkind: ProxyPolicy\nlimits: {maxMemoryMiB: 204800}\n",
 			check: func(t *testing.T, out rendered) {
 				why := "no host fits: default: needs 102400 MiB of memory, 86016 MiB left; full: needs 102400 MiB of memory, 0 MiB left; maintenance: cordoned (spec.unschedulable)"
 				out.wantStatus(t, map[string]any{"phase": "Pending", "message": why, "secretName": "huge-proxy"})
