@@ -298,7 +298,7 @@ func TestPublishSettlesAMarkerBeingWritten(t *testing.T) {
 		// our read of the one and of the other.
 		if claimReads++; claimReads == 2 {
 			published(t, h.Storage, vol, digest, FormatRaw, them, len(data))
-			if err := h.Storage.DeleteVolume(context.Background(), tpool, ClaimName(vol)); err != nil {
+			if err := h.DeleteVolume(context.Background(), tpool, ClaimName(vol)); err != nil {
 				t.Fatal(err)
 			}
 		}
