@@ -30,7 +30,7 @@ NAMESPACES=(team-a team-b team-c)
 if [[ ${1:-} != __inner ]]; then
 	MODE=${1:-e2e}
 	case $MODE in
-	e2e) TEST='^TestE2E$' ;;
+	e2e) TEST='^(TestE2E|TestPlacement)$' ;;
 	bench) TEST='^TestBenchLatency$' ;;
 	*) die "run.sh $MODE: want e2e or bench" ;;
 	esac
