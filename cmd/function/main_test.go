@@ -65,7 +65,7 @@ func proxyRequest(t *testing.T) *fnv1.RunFunctionRequest {
 		"apiVersion": "platform.kvm.crossplane.io/v1alpha1",
 		"kind":       "Proxy",
 		"metadata":   map[string]any{"name": "web", "namespace": "team-a"},
-		"spec":       map[string]any{"image": map[string]any{"baseImageName": "debian-12"}},
+		"spec":       map[string]any{"host": "default", "image": map[string]any{"baseImageName": "debian-12"}},
 	})
 	if err != nil {
 		t.Fatal(err)
