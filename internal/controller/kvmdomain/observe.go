@@ -112,6 +112,13 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	if err != nil {
 		return managed.ExternalObservation{}, err
 	}
+	resumed, paused, err := e.resumeAfterIOError(ctx, cr, t, d, imported)
+	if err != nil {
+		return managed.ExternalObservation{}, err
+	}
+	if resumed {
+		d.State, d.PausedIOError = libvirt.StateRunning, false
+	}
 	running := d.State == libvirt.StateRunning
 	upToDate := upToDate(cr.Spec.ForProvider, d, persistent, grow) && e.seedCurrent(ctx, cr, d, running, imported)
 	at.RestartPending = running && live != persistent
@@ -121,6 +128,9 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	if !running {
 		e.forgetProbe(cr)
 		observeNotRunning(cr, d.State)
+		if paused != "" {
+			cr.SetConditions(xpv2.Unavailable().WithMessage(paused))
+		}
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
 	e.observeGuest(ctx, cr, name, d)
