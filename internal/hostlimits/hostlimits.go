@@ -137,10 +137,10 @@ func IsPoolFull(err error) bool {
 	return errors.As(err, &e)
 }
 
-// Room checks that a pool with available bytes free has room for need bytes and the margin
-// besides.
+// Room checks that a pool with available bytes free has room for need bytes (at least one:
+// a size not announced, or a new overlay, still needs some) and the margin besides.
 func (l Limits) Room(pool string, available, need uint64) error {
-	total := need + l.MarginBytes()
+	total := max(need, 1) + l.MarginBytes()
 	if available >= total {
 		return nil
 	}

@@ -128,8 +128,10 @@ func TestRoom(t *testing.T) {
 		"Exact": {reason: "exactly image and margin fit", l: defaults, available: 2 << 30, need: 1 << 30},
 		"NoMargin": {reason: "the image fits but the margin does not: refused", l: defaults, available: 2<<30 - 1, need: 1 << 30,
 			want: &PoolFullError{Pool: "p", Available: 2<<30 - 1, Need: 2 << 30, Source: src}},
+		"Empty": {reason: "a pool with no byte free has no room, even without a margin or a size", l: Limits{Source: src},
+			want: &PoolFullError{Pool: "p", Need: 1, Source: src}},
 		"FullPoolOverlay": {reason: "a new overlay (need 0) on a pool under the margin is refused", l: defaults, available: 10 << 20,
-			want: &PoolFullError{Pool: "p", Available: 10 << 20, Need: 1 << 30, Source: src}},
+			want: &PoolFullError{Pool: "p", Available: 10 << 20, Need: 1<<30 + 1, Source: src}},
 		"NoMarginSet": {reason: "without a margin, anything that fits", l: Limits{Source: src}, available: 5, need: 5},
 	}
 	for name, tc := range cases {

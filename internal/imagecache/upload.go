@@ -8,6 +8,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
+	"github.com/provider-kvm/provider-kvm/internal/hostlimits"
 	"github.com/provider-kvm/provider-kvm/internal/imagefetch"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
@@ -29,6 +30,10 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expect
 	if err != nil {
 		return Result{}, err
 	}
+	if err := c.room(ctx, pool, d.Total); err != nil {
+		_ = d.Close()
+		return Result{}, err
+	}
 	if err := c.createData(ctx, pool, vol, d.Total); err != nil {
 		_ = d.Close()
 		return Result{}, err
@@ -41,6 +46,11 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expect
 	failure := d.Close()
 	res := Result{Bytes: d.N(), FinalURL: d.FinalURL}
 	if err := streamFailure(ctx, d, failure, uerr, shownURL, vol, pool); err != nil {
+		if hostlimits.IsNoSpace(err) {
+			// The pool filled up under the upload: abandon removes what was written, and the
+			// controller waits long, and for room, before the next attempt.
+			return res, &hostlimits.PoolFullError{Pool: pool, Source: c.limits.Source, Cause: err}
+		}
 		return res, err
 	}
 	faultpoint.Reach(faultpoint.BaseUploaded)
@@ -50,6 +60,19 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expect
 	}
 	marker.Owner, marker.FinalURL, marker.ExpectedSHA256, marker.Verified = owner, d.FinalURL, expected, expected != ""
 	return res, c.writeRecord(ctx, pool, MarkerName(vol), marker)
+}
+
+// room refuses an upload of total bytes (0: not announced) into a pool that has no room for
+// them and the config's limits.minFreePoolMiB besides: a *hostlimits.PoolFullError, before
+// anything is written. The pool is refreshed first where it can be, so that what guests wrote
+// since is counted.
+func (c *Cache) room(ctx context.Context, pool string, total int64) error {
+	_ = c.lv.RefreshPool(ctx, pool) // best effort: libvirt refuses while a volume is being built
+	p, err := c.lv.Pool(ctx, pool)
+	if err != nil {
+		return err
+	}
+	return c.limits.Room(pool, p.AvailableBytes, uint64(max(total, 0)))
 }
 
 // createData creates the raw data volume vol for total bytes (0: unknown). A file the pool has

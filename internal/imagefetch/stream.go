@@ -49,6 +49,8 @@ type imageStream struct {
 	n           int64
 	virtualSize int64
 	err         error
+	// maxVirtual bounds the virtual size a qcow2 header may give (0: no limit).
+	maxVirtual int64
 
 	errMu     sync.Mutex
 	sourceErr error // err, readable at any time
@@ -68,8 +70,15 @@ type imageStream struct {
 // LimitSize. When src delivers no byte for stall (0: no limit), onStall is called once: it
 // is expected to make src fail, e.g. by cancelling the request.
 func newImageStream(src io.Reader, format Format, total, maxBytes int64, stall time.Duration, onStall func(), progress ProgressFunc) *imageStream {
+	return newBoundedStream(src, format, total, maxBytes, 0, stall, onStall, progress)
+}
+
+// newBoundedStream is newImageStream that also fails, with a *LimitError of LimitVirtualSize,
+// an image whose header gives a virtual size over maxVirtual (0: no limit), before any byte of
+// it is passed on.
+func newBoundedStream(src io.Reader, format Format, total, maxBytes, maxVirtual int64, stall time.Duration, onStall func(), progress ProgressFunc) *imageStream {
 	s := &imageStream{
-		src: src, format: format, max: maxBytes, stall: stall, onStall: onStall,
+		src: src, format: format, max: maxBytes, maxVirtual: maxVirtual, stall: stall, onStall: onStall,
 		chunks: make(chan []byte, chunkCount-1), free: make(chan []byte, chunkCount), stop: make(chan struct{}),
 		hash: sha256.New(), total: total, progress: progress, lastTime: time.Now(),
 	}
@@ -152,6 +161,10 @@ func (s *imageStream) produce() {
 				return
 			}
 			s.virtualSize = vs
+			if s.maxVirtual > 0 && vs > s.maxVirtual {
+				s.fail(&LimitError{Limit: LimitVirtualSize, MaxBytes: s.maxVirtual, Announced: vs})
+				return
+			}
 		}
 		if s.max > 0 && s.n+int64(n) > s.max {
 			s.fail(&LimitError{Limit: LimitSize, MaxBytes: s.max})

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 )
 
 // qcow2Head is the first 512 bytes of a qcow2 image: a valid header of version 2 or 3
@@ -398,5 +400,40 @@ func TestSampledBlock(t *testing.T) {
 	}
 	if diff := cmp.Diff([]int64{0, 1, 2, 4, 8, 16, 32, 64}, got); diff != "" {
 		t.Errorf("sampledBlock: -want +got:\n%s", diff)
+	}
+}
+
+// TestVirtualSizeLimit: a qcow2 whose header gives a virtual size over the limit fails the
+// stream at its first chunk, before a byte is passed on; at or under it, or with no limit, it
+// streams.
+func TestVirtualSizeLimit(t *testing.T) {
+	cases := map[string]struct {
+		reason     string
+		virtual    uint64
+		maxVirtual int64
+		wantErr    error
+		wantBytes  int64
+	}{
+		"Over":    {reason: "2^62 bytes against 2 TiB", virtual: 1 << 62, maxVirtual: 2 << 40, wantErr: &LimitError{Limit: LimitVirtualSize, MaxBytes: 2 << 40, Announced: 1 << 62}},
+		"At":      {reason: "a limit is inclusive", virtual: 7 << 30, maxVirtual: 7 << 30, wantBytes: 1 << 20},
+		"NoLimit": {reason: "0 does not limit", virtual: 1 << 62, wantBytes: 1 << 20},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			img := append(qcow2Head(3, 0, tc.virtual, 0), make([]byte, 1<<20-512)...)
+			img = img[:1<<20]
+			s := newBoundedStream(bytes.NewReader(img), FormatQCOW2, 0, 0, tc.maxVirtual, 0, nil, nil)
+			n, err := io.Copy(io.Discard, struct{ io.Reader }{s})
+			s.close()
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nstream error: -want, +got:\n%s", tc.reason, diff)
+			}
+			if n != tc.wantBytes {
+				t.Errorf("%s\n%d bytes passed on, want %d", tc.reason, n, tc.wantBytes)
+			}
+			if tc.wantErr != nil && !IsTerminal(err) {
+				t.Errorf("%s\nan image over the virtual size limit is not terminal", tc.reason)
+			}
+		})
 	}
 }

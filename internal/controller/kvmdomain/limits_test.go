@@ -73,7 +73,7 @@ func TestCreateLimits(t *testing.T) {
 			host: []hostSetup{marked("team-a", "one", "u1"), marked("team-b", "two", "u2"), marked("team-b", "three", "u3")}, wantDomain: true},
 		"PoolFull": {reason: "a pool under minFreePoolMiB gets no new overlay", limits: limitsDefaults, virtual: 2 << 30,
 			host:    []hostSetup{func(_ *testing.T, h *fakeHost) { h.Free = map[string]uint64{pool: 512 << 20} }},
-			wantErr: &hostlimits.PoolFullError{Pool: pool, Available: 512 << 20, Need: 1 << 30, Source: limitsSource}},
+			wantErr: &hostlimits.PoolFullError{Pool: pool, Available: 512 << 20, Need: 1<<30 + 1, Source: limitsSource}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
