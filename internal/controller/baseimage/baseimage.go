@@ -207,6 +207,7 @@ type Cache interface {
 	Remove(ctx context.Context, pool, volume, ownerUID string) (imagecache.Removal, error)
 	Owned(ctx context.Context, pool, ownerUID string) ([]imagecache.Image, error)
 	Sweep(ctx context.Context, pool string) (removed []string, kept map[string]error, err error)
+	NamespaceImages(ctx context.Context, pool, namespace, except string) (int, error)
 }
 
 type connector struct {
@@ -265,7 +266,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	dl.Limits.MaxVirtualBytes = s.Limits.MaxVirtualBytes()
 	key += fmt.Sprintf("\x00limits %d %d", s.Limits.MaxVirtualSizeGiB, s.Limits.MinFreePoolMiB)
 	return &external{
-		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, grant: s.Grant, policy: key, now: time.Now,
+		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, grant: s.Grant, policy: key, now: time.Now, limits: s.Limits,
 		requireSHA256: c.platform.SHA256Rule(s.ImageSources, namespaced, s.Source),
 		cache: imagecache.New(s.Libvirt(), c.images, dl, imagecache.WithLiveness(rememberAlive(c.alive)),
 			imagecache.WithOverlayPools(c.overlayPools), imagecache.WithNamespace(cr.GetNamespace()), imagecache.WithLimits(s.Limits)),
@@ -324,6 +325,8 @@ type external struct {
 	defaults v1alpha1.HostDefaults
 	// grant is what the namespace may use of the host (its pools among them).
 	grant hostgrants.Grant
+	// limits of the host config: how many images a namespace may hold there.
+	limits hostlimits.Limits
 	// policy identifies the imageSources the cache enforces: a job that ran under others
 	// is not this policy's verdict.
 	policy string
@@ -579,10 +582,14 @@ func sha(img imagecache.Image) string {
 	return ""
 }
 
-func (e *external) Create(_ context.Context, cr *v1alpha1.BaseImage) (managed.ExternalCreation, error) {
+func (e *external) Create(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalCreation, error) {
 	pool, src, own := e.pool(cr), source(cr), owner(cr)
 	// A pool the namespace was not granted is refused before anything is fetched or made.
 	if err := e.grant.CheckPool(pool); err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	// So is an image over the namespace's limits.maxImagesPerNamespace.
+	if err := e.checkImageCount(ctx, cr, pool); err != nil {
 		return managed.ExternalCreation{}, err
 	}
 	// The external name follows the current source.
@@ -683,3 +690,17 @@ func (e *external) sweep(ctx context.Context, cr *v1alpha1.BaseImage, pool strin
 }
 
 func (e *external) Disconnect(context.Context) error { return nil }
+
+// checkImageCount refuses a BaseImage whose namespace's BaseImages hold
+// limits.maxImagesPerNamespace images in its pool already (this one's own records left out:
+// a retry, or a new source, is not one more), before anything is downloaded or written.
+func (e *external) checkImageCount(ctx context.Context, cr *v1alpha1.BaseImage, pool string) error {
+	if e.limits.MaxImagesPerNamespace <= 0 {
+		return nil
+	}
+	n, err := e.cache.NamespaceImages(ctx, pool, cr.GetNamespace(), string(cr.GetUID()))
+	if err != nil {
+		return err
+	}
+	return e.limits.ImageCount(n)
+}

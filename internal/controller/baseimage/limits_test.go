@@ -1,14 +1,17 @@
 package baseimage
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/hostlimits"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 )
@@ -58,6 +61,55 @@ func TestUnavailable(t *testing.T) {
 			}
 			if c.Type != xpv2.TypeReady || c.Message != tc.err.Error() {
 				t.Errorf("%s\ncondition %+v", tc.reason, c)
+			}
+		})
+	}
+}
+
+// TestCreateImageCount: a BaseImage whose namespace holds limits.maxImagesPerNamespace images
+// on the host is refused before any publish starts; under it, the publish starts.
+func TestCreateImageCount(t *testing.T) {
+	cases := map[string]struct {
+		reason      string
+		have        int
+		wantErr     error
+		wantPublish bool
+	}{
+		"Under": {reason: "one image held, two allowed: published", have: 1, wantPublish: true},
+		"AtCap": {reason: "two held, two allowed: refused, nothing started", have: 2,
+			wantErr: &hostlimits.ExceededError{What: "images of this namespace on the host, with this one,", Field: "maxImagesPerNamespace", Asked: 3, Max: 2, Source: "ClusterProviderConfig/default"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			published := make(chan struct{}, 1)
+			var asked []string
+			c := &fakeCache{t: t,
+				images: func(pool, ns, except string) (int, error) {
+					asked = append(asked, pool+" "+ns+" "+except)
+					return tc.have, nil
+				},
+				publish: func(string, imagecache.Source) (imagecache.Result, error) {
+					published <- struct{}{}
+					return imagecache.Result{}, nil
+				}}
+			e := newExternal(c)
+			e.limits = hostlimits.Limits{HostLimits: v1alpha1.HostLimits{MaxImagesPerNamespace: 2}, Source: "ClusterProviderConfig/default"}
+			_, err := e.Create(context.Background(), image())
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Fatalf("%s\nCreate(): -want error, +got error:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff([]string{"default ns " + uid}, asked); diff != "" {
+				t.Errorf("%s\ncounted: -want, +got:\n%s", tc.reason, diff)
+			}
+			select {
+			case <-published:
+				if !tc.wantPublish {
+					t.Errorf("%s\na refused Create started a publish", tc.reason)
+				}
+			case <-time.After(2 * time.Second):
+				if tc.wantPublish {
+					t.Errorf("%s\nCreate() started no publish", tc.reason)
+				}
 			}
 		})
 	}
