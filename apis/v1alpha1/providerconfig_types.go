@@ -298,16 +298,17 @@ type ImageSourcePolicy struct {
 // HostLimits are caps the platform sets on what managed resources may ask of this host. A
 // request over a cap is refused before anything is made on the host (Synced=False, with a
 // message naming the cap and the config, and a warning event); what exists already is left
-// alone. A cap that is unset (or 0) does not limit. The size caps default to values above any
-// real guest, so that a typo (64 TiB for 64 GiB) is refused; the counts default to no limit,
-// since how many guests a host holds depends on the host: set them where namespaces share it.
+// alone. The size caps and the pool margin take their defaults when unset: values above any
+// real guest, so that a typo (64 TiB for 64 GiB) is refused; the counts are unlimited when
+// unset, since how many guests a host holds depends on the host: set them where namespaces
+// share it.
 type HostLimits struct {
 	// MaxVirtualSizeGiB bounds the disk size a BaseImage's qcow2 header gives (its virtual
 	// size), which every overlay made from it has at least. A larger image is refused once its
 	// header is read, and what was uploaded of it is removed.
 	// +optional
 	// +kubebuilder:default=2048
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65536
 	MaxVirtualSizeGiB int64 `json:"maxVirtualSizeGiB,omitempty"`
 
@@ -315,21 +316,21 @@ type HostLimits struct {
 	// its BaseImage when that is larger.
 	// +optional
 	// +kubebuilder:default=2048
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65536
 	MaxDiskSizeGiB int64 `json:"maxDiskSizeGiB,omitempty"`
 
 	// MaxMemoryMiB bounds a KVMDomain's memoryMiB.
 	// +optional
 	// +kubebuilder:default=262144
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=128
 	// +kubebuilder:validation:Maximum=4194304
 	MaxMemoryMiB int64 `json:"maxMemoryMiB,omitempty"`
 
 	// MaxVCPU bounds a KVMDomain's vcpu.
 	// +optional
 	// +kubebuilder:default=64
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=256
 	MaxVCPU int32 `json:"maxVCPU,omitempty"`
 
@@ -354,7 +355,7 @@ type HostLimits struct {
 	// new domain's overlay only when the pool has this much free.
 	// +optional
 	// +kubebuilder:default=1024
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1048576
 	MinFreePoolMiB int64 `json:"minFreePoolMiB,omitempty"`
 }

@@ -2,10 +2,6 @@ package imagecache
 
 import (
 	crand "crypto/rand"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,54 +10,13 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
 
-// smallPool is a storage pool on a tmpfs of size bytes that only the test bed's libvirtd sees:
-// the tmpfs is mounted in libvirtd's own mount namespace (nsenter), never on the machine's
-// disk. inNS runs a shell command in that namespace.
-type smallPool struct {
-	name, dir string
-	pid       string
-}
-
-func (p *smallPool) inNS(t testing.TB, script string) string {
-	t.Helper()
-	out, err := exec.Command("nsenter", "-t", p.pid, "-m", "--", "sh", "-c", script).CombinedOutput()
-	if err != nil {
-		t.Fatalf("in libvirtd's mount namespace: %s: %v\n%s", script, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func newSmallPool(t testing.TB, tb *testbed, size int) *smallPool {
-	t.Helper()
-	pid, err := os.ReadFile(filepath.Join(tb.env.Dir, "run", "libvirtd.pid"))
-	if err != nil {
-		t.Fatalf("libvirtd's pid: %v", err)
-	}
-	name := uniqueName("full")
-	p := &smallPool{name: name, dir: filepath.Join(tb.env.Dir, name), pid: strings.Fields(string(pid))[0]}
-	p.inNS(t, fmt.Sprintf("mkdir -p %s && mount -t tmpfs -o size=%d,mode=0711 %s %s", p.dir, size, name, p.dir))
-	t.Cleanup(func() {
-		_, _ = exec.Command("virsh", "-q", "-c", "qemu:///system", "pool-destroy", name).CombinedOutput()
-		_ = exec.Command("nsenter", "-t", p.pid, "-m", "--", "sh", "-c", "umount "+p.dir+" && rmdir "+p.dir).Run()
-	})
-	if out, err := exec.Command("virsh", "-q", "-c", "qemu:///system", "pool-create-as", name, "dir", "--target", p.dir).CombinedOutput(); err != nil {
-		t.Fatalf("virsh pool-create-as: %v\n%s", err, out)
-	}
-	return p
-}
-
-// usedKiB is what the tmpfs holds.
-func (p *smallPool) usedKiB(t testing.TB) string {
-	return p.inNS(t, "df -k --output=used "+p.dir+" | tail -n 1")
-}
-
 // TestPoolFullOnTestbed: an upload into a pool that runs out of space fails once, with ENOSPC
 // named (a PoolFullError), and leaves nothing in the pool; a publish into a pool without room
 // for the announced image is refused before anything is written; once space is freed, the
 // same publish succeeds. The pool is an 8 MiB tmpfs in libvirtd's mount namespace.
 func TestPoolFullOnTestbed(t *testing.T) {
 	tb := requireTestbed(t)
-	p := newSmallPool(t, tb, 8<<20)
+	p := tb.env.SmallPool(t, 8<<20)
 	lv := libvirt.New(tb.conn, libvirt.NewShared(), libvirt.WithSocket(tb.cfg.Socket))
 
 	big := make([]byte, 12<<20) // more than the pool holds
@@ -78,12 +33,12 @@ func TestPoolFullOnTestbed(t *testing.T) {
 	// 1. Size not announced (chunked): the upload runs into ENOSPC.
 	ctx := ctxT(t, 2*time.Minute)
 	start := time.Now()
-	res, err := cache(bigSrv).Publish(ctx, p.name, Source{URL: bigSrv.URL + "/chunked", SHA256: sha(big), Format: FormatRaw}, owner, nil)
+	res, err := cache(bigSrv).Publish(ctx, p.Name, Source{URL: bigSrv.URL + "/chunked", SHA256: sha(big), Format: FormatRaw}, owner, nil)
 	took := time.Since(start)
 	if !hostlimits.IsPoolFull(err) || !strings.Contains(err.Error(), "No space left on device") {
 		t.Fatalf("Publish into a full pool: %v, want a PoolFullError naming ENOSPC", err)
 	}
-	names, lerr := lv.VolumeNames(ctx, p.name)
+	names, lerr := lv.VolumeNames(ctx, p.Name)
 	if lerr != nil {
 		t.Fatal(lerr)
 	}
@@ -91,33 +46,33 @@ func TestPoolFullOnTestbed(t *testing.T) {
 		t.Errorf("after ENOSPC the pool holds %v, want nothing (the partial upload and its records removed)", names)
 	}
 	t.Logf("FIGURE enospc: failed after %s, %d of %d bytes streamed; pool left with %v, tmpfs used %s KiB; error: %v",
-		took.Round(time.Millisecond), res.Bytes, len(big), names, p.usedKiB(t), err)
+		took.Round(time.Millisecond), res.Bytes, len(big), names, p.UsedKiB(t), err)
 
 	// 2. The pool is filled by something else (6 MiB): a 4 MiB image announced by its server
 	// is refused before anything is written.
-	p.inNS(t, "dd if=/dev/zero of="+p.dir+"/filler bs=1M count=6 status=none")
-	if err := lv.RefreshPool(ctx, p.name); err != nil {
+	p.InNS(t, "dd if=/dev/zero of="+p.Dir+"/filler bs=1M count=6 status=none")
+	if err := lv.RefreshPool(ctx, p.Name); err != nil {
 		t.Fatal(err)
 	}
-	usedBefore := p.usedKiB(t)
-	_, err = cache(smallSrv).Publish(ctx, p.name, Source{URL: smallSrv.URL + "/img", SHA256: sha(small), Format: FormatRaw}, owner, nil)
+	usedBefore := p.UsedKiB(t)
+	_, err = cache(smallSrv).Publish(ctx, p.Name, Source{URL: smallSrv.URL + "/img", SHA256: sha(small), Format: FormatRaw}, owner, nil)
 	var pf *hostlimits.PoolFullError
 	if !errorsAs(err, &pf) || pf.Cause != nil || pf.Need < uint64(len(small)) {
 		t.Fatalf("Publish into a pool without room: %v, want a PoolFullError of the check before the upload", err)
 	}
-	if used := p.usedKiB(t); used != usedBefore {
+	if used := p.UsedKiB(t); used != usedBefore {
 		t.Errorf("a refused publish wrote into the pool: %s KiB used, %s before", used, usedBefore)
 	}
 	t.Logf("FIGURE refused before upload: %v (tmpfs used %s KiB before and after)", err, usedBefore)
 
 	// 3. Space is freed: the same publish succeeds.
-	p.inNS(t, "rm -f "+p.dir+"/filler")
-	res, err = cache(smallSrv).Publish(ctx, p.name, Source{URL: smallSrv.URL + "/img", SHA256: sha(small), Format: FormatRaw}, owner, nil)
+	p.InNS(t, "rm -f "+p.Dir+"/filler")
+	res, err = cache(smallSrv).Publish(ctx, p.Name, Source{URL: smallSrv.URL + "/img", SHA256: sha(small), Format: FormatRaw}, owner, nil)
 	if err != nil || res.Image.State != StatePublished {
 		t.Fatalf("Publish once space is back: %+v, %v; want it published", res.Image.State, err)
 	}
 	t.Logf("FIGURE after freeing space: published %d bytes in %s", res.Bytes, res.Duration.Round(time.Millisecond))
 	for _, n := range []string{res.Image.Volume, MarkerName(res.Image.Volume), OwnerName(res.Image.Volume, owner.UID)} {
-		_ = lv.DeleteVolume(ctx, p.name, n)
+		_ = lv.DeleteVolume(ctx, p.Name, n)
 	}
 }

@@ -36,6 +36,9 @@ func (c *Cache) upload(ctx context.Context, pool, vol string, src Source, expect
 	}
 	if err := c.createData(ctx, pool, vol, d.Total); err != nil {
 		_ = d.Close()
+		if hostlimits.IsNoSpace(err) {
+			return Result{}, &hostlimits.PoolFullError{Pool: pool, Source: c.limits.Source, Cause: err}
+		}
 		return Result{}, err
 	}
 	faultpoint.Reach(faultpoint.BaseDataCreated)
