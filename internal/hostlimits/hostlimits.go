@@ -58,7 +58,7 @@ func check(what, field string, asked, maxv int64, source string) error {
 const gib = 1 << 30
 
 // ceilGiB is n bytes in GiB, rounded up.
-func ceilGiB(n uint64) int64 { return int64((n + gib - 1) / gib) } //nolint:gosec // n < 2^63
+func ceilGiB(n uint64) int64 { return int64((n + gib - 1) / gib) }
 
 // Domain checks a new domain's size: vcpu, memory and the capacity of its root disk (the
 // larger of diskSizeGiB and its base image's virtual size).
@@ -87,7 +87,7 @@ func (l Limits) ImageCount(have int) error {
 func (l Limits) MaxVirtualBytes() int64 { return l.MaxVirtualSizeGiB * gib }
 
 // MarginBytes is the free space a pool keeps.
-func (l Limits) MarginBytes() uint64 { return uint64(max(l.MinFreePoolMiB, 0)) << 20 } //nolint:gosec // not negative
+func (l Limits) MarginBytes() uint64 { return uint64(max(l.MinFreePoolMiB, 0)) << 20 }
 
 // CountDomains counts the domains among defs (domain XML documents) whose ownership mark
 // names namespace, leaving out the one of uid (the domain being created, if an earlier

@@ -246,7 +246,7 @@ func TestImageStream(t *testing.T) {
 	img := append(qcow2Head(3, 0, 7<<30, 0), bytes.Repeat([]byte("0123456789abcdef"), 300000)...) // ~4.8 MB
 	sum := sha256.Sum256(img)
 	var calls [][2]int64
-	s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatQCOW2, int64(len(img)), 0, 0, nil,
+	s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatQCOW2, int64(len(img)), 0, 0, 0, nil,
 		func(done, total int64) { calls = append(calls, [2]int64{done, total}) })
 	var out bytes.Buffer
 	// Read like go-libvirt: into a 4 MiB buffer, one packet per Read.
@@ -283,7 +283,7 @@ func TestImageStream(t *testing.T) {
 	}
 
 	// A source that fails mid-way fails the stream with its error.
-	s = newImageStream(io.MultiReader(bytes.NewReader(img[:3<<20]), iotest.ErrReader(io.ErrUnexpectedEOF)), FormatQCOW2, 0, 0, 0, nil, nil)
+	s = newImageStream(io.MultiReader(bytes.NewReader(img[:3<<20]), iotest.ErrReader(io.ErrUnexpectedEOF)), FormatQCOW2, 0, 0, 0, 0, nil, nil)
 	_, err := io.Copy(io.Discard, struct{ io.Reader }{s})
 	s.close()
 	if err != io.ErrUnexpectedEOF {
@@ -291,7 +291,7 @@ func TestImageStream(t *testing.T) {
 	}
 
 	// A non-qcow2 image declared qcow2 fails at the first chunk.
-	s = newImageStream(strings.NewReader("<html>oops</html>"), FormatQCOW2, 0, 0, 0, nil, nil)
+	s = newImageStream(strings.NewReader("<html>oops</html>"), FormatQCOW2, 0, 0, 0, 0, nil, nil)
 	_, err = io.Copy(io.Discard, struct{ io.Reader }{s})
 	s.close()
 	if !IsFormatError(err) {
@@ -301,7 +301,7 @@ func TestImageStream(t *testing.T) {
 	// Stopping the stream early ends the producer.
 	pr, pw := io.Pipe()
 	go func() { _, _ = pw.Write(img) }()
-	s = newImageStream(pr, FormatQCOW2, 0, 0, 0, nil, nil)
+	s = newImageStream(pr, FormatQCOW2, 0, 0, 0, 0, nil, nil)
 	if _, err := s.Read(buf); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestImageStream(t *testing.T) {
 	pr, pw = io.Pipe()
 	defer pw.Close()
 	stalled := make(chan struct{})
-	s = newImageStream(pr, FormatRaw, 0, 0, 50*time.Millisecond, func() { close(stalled); _ = pw.CloseWithError(errStalled) }, nil)
+	s = newImageStream(pr, FormatRaw, 0, 0, 0, 50*time.Millisecond, func() { close(stalled); _ = pw.CloseWithError(errStalled) }, nil)
 	select {
 	case <-stalled:
 	case <-time.After(5 * time.Second):
@@ -373,7 +373,7 @@ func TestImageStreamSamples(t *testing.T) {
 		img[i] = byte(i * 7)
 	}
 	for _, total := range []int64{int64(len(img)), 0} {
-		s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatRaw, total, 0, 0, nil, nil)
+		s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatRaw, total, 0, 0, 0, nil, nil)
 		if _, err := io.Copy(io.Discard, s); err != nil {
 			t.Fatal(err)
 		}
@@ -422,7 +422,7 @@ func TestVirtualSizeLimit(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			img := append(qcow2Head(3, 0, tc.virtual, 0), make([]byte, 1<<20-512)...)
 			img = img[:1<<20]
-			s := newBoundedStream(bytes.NewReader(img), FormatQCOW2, 0, 0, tc.maxVirtual, 0, nil, nil)
+			s := newImageStream(bytes.NewReader(img), FormatQCOW2, 0, 0, tc.maxVirtual, 0, nil, nil)
 			n, err := io.Copy(io.Discard, struct{ io.Reader }{s})
 			s.close()
 			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {

@@ -25,7 +25,7 @@ const (
 func rootDiskBytes(cr *v1alpha1.KVMDomain, base *v1alpha1.BaseImage) uint64 {
 	capacity := uint64(max(base.Status.AtProvider.VirtualSizeBytes, 0))
 	if g := cr.Spec.ForProvider.DiskSizeGiB; g != nil {
-		capacity = max(capacity, uint64(*g)<<30) //nolint:gosec // admission bounds it
+		capacity = max(capacity, uint64(*g)<<30)
 	}
 	return capacity
 }
@@ -64,25 +64,26 @@ func (e *external) checkRoom(ctx context.Context, pool string) error {
 }
 
 // resumeAfterIOError resumes a domain that QEMU paused on an I/O error once its root disk's
-// pool has room again, and says so in an event; it returns whether it did, and otherwise,
-// while the pool is still full, why the domain stays paused (for the Ready condition). A
-// domain paused for another reason (the user's virsh suspend, ...), an import, or one whose
-// resource wants it stopped is never resumed.
-func (e *external) resumeAfterIOError(ctx context.Context, cr *v1alpha1.KVMDomain, t target, d libvirt.DomainInfo, imported bool) (bool, string, error) {
+// pool has room again, says so in an event and marks d running; otherwise, while the pool is
+// still full, it returns why the domain stays paused (for the Ready condition). A domain
+// paused for another reason (the user's virsh suspend, ...), an import, or one whose resource
+// wants it stopped is never resumed.
+func (e *external) resumeAfterIOError(ctx context.Context, cr *v1alpha1.KVMDomain, t target, d *libvirt.DomainInfo, imported bool) (string, error) {
 	want := cr.Spec.ForProvider.PowerState != v1alpha1.PowerStateStopped
 	if d.State != libvirt.StatePaused || !d.PausedIOError || !want || imported || e.observeOnly(cr) {
-		return false, "", nil
+		return "", nil
 	}
 	p, err := e.lv.Pool(ctx, t.pool)
 	if err != nil {
-		return false, "", errors.Wrapf(err, errPoolRoom, t.pool)
+		return "", errors.Wrapf(err, errPoolRoom, t.pool)
 	}
 	if !e.limits.Resume(hostlimits.PausedIOError, want, p.AvailableBytes) {
-		return false, fmt.Sprintf(msgPausedIO, t.pool, max(e.limits.MarginBytes()>>20, 1), e.limits.Source), nil
+		return fmt.Sprintf(msgPausedIO, t.pool, max(e.limits.MarginBytes()>>20, 1), e.limits.Source), nil
 	}
 	if err := e.lv.ResumeDomain(ctx, d.Name); err != nil {
-		return false, "", errors.Wrap(err, errResume)
+		return "", errors.Wrap(err, errResume)
 	}
 	e.recorder.Event(cr, event.Normal(reasonResumed, fmt.Sprintf(msgResumed, t.pool, p.AvailableBytes>>20)))
-	return true, "", nil
+	d.State, d.PausedIOError = libvirt.StateRunning, false
+	return "", nil
 }

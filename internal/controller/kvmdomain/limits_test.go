@@ -134,7 +134,9 @@ func TestDefineRecountsUnderLock(t *testing.T) {
 // recorded keeps the events' reasons.
 type recorded struct{ reasons []string }
 
-func (r *recorded) Event(_ runtime.Object, e event.Event) { r.reasons = append(r.reasons, string(e.Reason)) }
+func (r *recorded) Event(_ runtime.Object, e event.Event) {
+	r.reasons = append(r.reasons, string(e.Reason))
+}
 func (r *recorded) WithAnnotations(...string) event.Recorder {
 	return r
 }
