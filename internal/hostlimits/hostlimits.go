@@ -123,7 +123,7 @@ type PoolFullError struct {
 
 func (e *PoolFullError) Error() string {
 	if e.Cause != nil {
-		return fmt.Sprintf("storage pool %s is full: no space left on device; what was written is removed, and it is tried again only once the pool has room: %v", e.Pool, e.Cause)
+		return fmt.Sprintf("storage pool %s is full: what was written is removed, and it is tried again only once the pool has room: %v", e.Pool, e.Cause)
 	}
 	return fmt.Sprintf("storage pool %s has %d MiB free, but %d MiB are needed (limits.minFreePoolMiB of %s included): nothing was written; it is tried again once the pool has room",
 		e.Pool, e.Available>>20, (e.Need+(1<<20)-1)>>20, e.Source)

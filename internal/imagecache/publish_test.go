@@ -214,6 +214,18 @@ func TestPublish(t *testing.T) {
 			}},
 			want: want{got: got{Downloads: 1, Bytes: rawSize}, err: &hostlimits.PoolFullError{Pool: tpool, Cause: errors.Wrapf(enospc, errUpload, url, vol, tpool)}},
 		},
+		"UploadFailsIntoFullPool": {
+			reason: "an upload that fails without ENOSPC named, into a pool found full afterwards, is a PoolFullError too",
+			args: args{src: pinned, owner: us, setup: func(_ *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.Fail = failOn("Upload", vol, boom)
+				h.BeforeCreate = func(_, name string) {
+					if name == vol {
+						h.Free = map[string]uint64{tpool: 4096} // the upload fills the pool
+					}
+				}
+			}},
+			want: want{got: got{Downloads: 1, Bytes: rawSize}, err: &hostlimits.PoolFullError{Pool: tpool, Cause: errors.Wrapf(boom, errUpload, url, vol, tpool)}},
+		},
 		"ReuseSameNamespace": {
 			reason: "bytes another BaseImage of the same namespace downloaded (or this one before a restore, with another UID) attach without a download",
 			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {
