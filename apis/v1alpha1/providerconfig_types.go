@@ -319,6 +319,71 @@ const (
 	DefaultMemoryAllocationRatio = "1.5"
 )
 
+// HostLimits are caps the platform sets on what managed resources may ask of this host. A
+// request over a cap is refused before anything is made on the host (Synced=False, with a
+// message naming the cap and the config, and a warning event); what exists already is left
+// alone. The size caps and the pool margin take their defaults when unset: values above any
+// real guest, so that a typo (64 TiB for 64 GiB) is refused; the counts are unlimited when
+// unset, since how many guests a host holds depends on the host: set them where namespaces
+// share it.
+type HostLimits struct {
+	// MaxVirtualSizeGiB bounds the disk size a BaseImage's qcow2 header gives (its virtual
+	// size), which every overlay made from it has at least. A larger image is refused once its
+	// header is read, and what was uploaded of it is removed.
+	// +optional
+	// +kubebuilder:default=2048
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	MaxVirtualSizeGiB int64 `json:"maxVirtualSizeGiB,omitempty"`
+
+	// MaxDiskSizeGiB bounds a KVMDomain's root disk: its diskSizeGiB, or the virtual size of
+	// its BaseImage when that is larger.
+	// +optional
+	// +kubebuilder:default=2048
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	MaxDiskSizeGiB int64 `json:"maxDiskSizeGiB,omitempty"`
+
+	// MaxMemoryMiB bounds a KVMDomain's memoryMiB.
+	// +optional
+	// +kubebuilder:default=262144
+	// +kubebuilder:validation:Minimum=128
+	// +kubebuilder:validation:Maximum=4194304
+	MaxMemoryMiB int64 `json:"maxMemoryMiB,omitempty"`
+
+	// MaxVCPU bounds a KVMDomain's vcpu.
+	// +optional
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	MaxVCPU int32 `json:"maxVCPU,omitempty"`
+
+	// MaxDomainsPerNamespace bounds how many domains the managed resources of one namespace
+	// have on this host, counted from the ownership marks of the domains the host holds.
+	// Unset: no limit.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MaxDomainsPerNamespace int32 `json:"maxDomainsPerNamespace,omitempty"`
+
+	// MaxImagesPerNamespace bounds how many BaseImages of one namespace hold an image on this
+	// host (published, or being published), counted from the owner records in the pool.
+	// Unset: no limit.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MaxImagesPerNamespace int32 `json:"maxImagesPerNamespace,omitempty"`
+
+	// MinFreePoolMiB is the free space a storage pool must keep: an upload is started only
+	// when the pool has room for the image (its announced size) and this much besides, and a
+	// new domain's overlay only when the pool has this much free.
+	// +optional
+	// +kubebuilder:default=1024
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048576
+	MinFreePoolMiB int64 `json:"minFreePoolMiB,omitempty"`
+}
+
 // A ProviderConfigSpec describes one libvirt host and how to reach it.
 // +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || (has(self.host) && has(self.credentials))",message="transport SSH needs host and credentials"
 // +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || has(self.knownHosts) || self.insecureSkipHostKeyVerification",message="transport SSH needs knownHosts to pin the host key; set insecureSkipHostKeyVerification: true only if you accept any host key"
@@ -435,6 +500,13 @@ type ProviderConfigSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	Attachments []AttachmentGrant `json:"attachments,omitempty"`
+
+	// Limits cap what managed resources may ask of this host: sizes, and how many domains and
+	// images one namespace may have on it. A namespaced ProviderConfig's limits bind its own
+	// namespace only.
+	// +optional
+	// +kubebuilder:default={}
+	Limits HostLimits `json:"limits,omitempty"`
 
 	// AllowedNamespaces are the namespaces whose managed resources may use this
 	// ClusterProviderConfig. Unset: every namespace. A ProviderConfig serves its own namespace

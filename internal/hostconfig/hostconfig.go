@@ -60,6 +60,8 @@ type Resolved struct {
 	AllowedNamespaces *v1alpha1.NamespaceSelection
 	// Namespaced is true for a ProviderConfig, which serves its own namespace only.
 	Namespaced bool
+	// Limits cap sizes and per-namespace counts on this host (internal/hostlimits).
+	Limits v1alpha1.HostLimits
 }
 
 // ImportsAllowed is true when the config lets resources in namespace import existing objects.
@@ -138,6 +140,7 @@ func ResolveRef(ctx context.Context, c client.Reader, namespace string, ref *xpv
 		ImageSources: spec.ImageSources,
 		Source:       source,
 		Attachments:  spec.Attachments,
+		Limits:       spec.Limits,
 		Namespaced:   ref.Kind == v1alpha1.ProviderConfigKind,
 	}
 	if !r.Namespaced {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/provider-kvm/provider-kvm/internal/hostlimits"
 	"github.com/provider-kvm/provider-kvm/internal/imagefetch"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 )
@@ -35,6 +36,7 @@ type Host interface {
 	Download(ctx context.Context, pool, name string, w io.Writer, offset, length uint64) error
 	RefreshPool(ctx context.Context, pool string) error
 	AllPools(ctx context.Context) ([]libvirt.Pool, error)
+	Pool(ctx context.Context, name string) (libvirt.Pool, error)
 	DomainDisks(ctx context.Context) ([]libvirt.DomainDisk, error)
 }
 
@@ -59,6 +61,8 @@ type Cache struct {
 	overlayPools OverlayPools
 	// namespace of the BaseImage acting (WithNamespace).
 	namespace string
+	// limits of the host config: the free space a pool keeps (WithLimits).
+	limits hostlimits.Limits
 }
 
 // An Option configures a Cache.
@@ -70,6 +74,10 @@ func WithClock(now func() time.Time) Option { return func(c *Cache) { c.now = no
 // WithLiveness lets the Cache delete owner records of BaseImages that no longer exist.
 // Without it, no other owner's record is ever deleted.
 func WithLiveness(l Liveness) Option { return func(c *Cache) { c.alive = l } }
+
+// WithLimits sets the host config's limits: an upload starts only when its pool has room for
+// the image and limits.minFreePoolMiB besides. Without it, only room for the image.
+func WithLimits(l hostlimits.Limits) Option { return func(c *Cache) { c.limits = l } }
 
 // WithNamespace says which namespace the BaseImage acting through this Cache is in: in-use
 // errors name that namespace's disks and count those of others (InUseError), and its Remove

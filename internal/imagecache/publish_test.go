@@ -11,11 +11,13 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/provider-kvm/provider-kvm/internal/hostlimits"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt/fakestorage"
 )
 
 func TestPublish(t *testing.T) {
 	boom := errors.New("boom")
+	enospc := errors.New("unable to write to '/pool/default/x': No space left on device")
 	data := []byte(strings.Repeat("raw image bytes ", rawSize/16))
 	digest := sha(data)
 	vol := DigestVolumeName(digest, FormatRaw)
@@ -197,6 +199,32 @@ func TestPublish(t *testing.T) {
 				h.Fail = failOn("Upload", vol, boom)
 			}},
 			want: want{got: got{Downloads: 1, Bytes: rawSize}, err: errors.Wrapf(boom, errUpload, url, vol, tpool)},
+		},
+		"PoolWithoutRoom": {
+			reason: "a full pool is refused before anything is written: no upload, nothing left",
+			args: args{src: pinned, owner: us, setup: func(_ *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.Free = map[string]uint64{tpool: 0}
+			}},
+			want: want{got: got{Downloads: 1}, err: &hostlimits.PoolFullError{Pool: tpool, Need: 1}},
+		},
+		"UploadENOSPC": {
+			reason: "an upload that runs out of space is a PoolFullError, and what it wrote is removed",
+			args: args{src: pinned, owner: us, setup: func(_ *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.Fail = failOn("Upload", vol, enospc)
+			}},
+			want: want{got: got{Downloads: 1, Bytes: rawSize}, err: &hostlimits.PoolFullError{Pool: tpool, Cause: errors.Wrapf(enospc, errUpload, url, vol, tpool)}},
+		},
+		"UploadFailsIntoFullPool": {
+			reason: "an upload that fails without ENOSPC named, into a pool found full afterwards, is a PoolFullError too",
+			args: args{src: pinned, owner: us, setup: func(_ *testing.T, h *fakestorage.Storage, _ *Shared) {
+				h.Fail = failOn("Upload", vol, boom)
+				h.BeforeCreate = func(_, name string) {
+					if name == vol {
+						h.Free = map[string]uint64{tpool: 4096} // the upload fills the pool
+					}
+				}
+			}},
+			want: want{got: got{Downloads: 1, Bytes: rawSize}, err: &hostlimits.PoolFullError{Pool: tpool, Cause: errors.Wrapf(boom, errUpload, url, vol, tpool)}},
 		},
 		"ReuseSameNamespace": {
 			reason: "bytes another BaseImage of the same namespace downloaded (or this one before a restore, with another UID) attach without a download",

@@ -142,6 +142,9 @@ const (
 	LimitSize    Limit = "maxImageSizeMiB"
 	LimitHeaders Limit = "headerTimeoutSeconds"
 	LimitStall   Limit = "stallTimeoutSeconds"
+	// LimitVirtualSize is the config's limits.maxVirtualSizeGiB: the disk size a qcow2 header
+	// may give.
+	LimitVirtualSize Limit = "maxVirtualSizeGiB"
 )
 
 // LimitError says a download hit a bound of imageSources. A size over the limit is terminal
@@ -155,7 +158,8 @@ type LimitError struct {
 	// Timeout is the value of a time limit.
 	Timeout time.Duration
 	// MaxBytes is the size limit; Announced the Content-Length over it, 0 when the bytes
-	// that arrived went over it.
+	// that arrived went over it. For LimitVirtualSize: the limit and the header's virtual
+	// size, in bytes.
 	MaxBytes, Announced int64
 }
 
@@ -172,6 +176,9 @@ func (e *LimitError) Error() string {
 		}
 		return fmt.Sprintf("the image at %s exceeds maxImageSizeMiB %s%s: %s; nothing was published. Raise imageSources.maxImageSizeMiB if an image this large is expected",
 			e.URL, mib(e.MaxBytes), of, what)
+	case LimitVirtualSize:
+		return fmt.Sprintf("the image at %s has a virtual size of %d GiB (its qcow2 header), over limits.maxVirtualSizeGiB %d%s; nothing was published. Use a smaller image, or ask the platform team to raise the limit",
+			e.URL, (e.Announced+(1<<30)-1)>>30, e.MaxBytes>>30, of)
 	case LimitHeaders:
 		return fmt.Sprintf("cannot download the image from %s: no response headers within %s (imageSources.headerTimeoutSeconds%s); nothing was published", e.URL, seconds(e.Timeout), of)
 	default:
@@ -210,7 +217,7 @@ func IsTerminal(err error) bool {
 	}
 	var l *LimitError
 	if errors.As(err, &l) {
-		return l.Limit == LimitSize
+		return l.Limit == LimitSize || l.Limit == LimitVirtualSize
 	}
 	var h *HTTPStatusError
 	if errors.As(err, &h) {

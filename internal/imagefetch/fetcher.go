@@ -62,7 +62,7 @@ func (f *Fetcher) Open(ctx context.Context, rawURL string) (*Download, error) {
 // previous one is consumed by to, which runs under the download's context (it ends when the
 // stream stalls). The image must be of format f; progress may be nil. It returns to's error.
 func (d *Download) Copy(f Format, progress ProgressFunc, to func(ctx context.Context, r io.Reader) error) error {
-	d.s = newImageStream(d.body, f, d.Total, d.f.dl.Limits.MaxBytes, d.f.dl.Limits.StallTimeout, d.stalled, progress)
+	d.s = newImageStream(d.body, f, d.Total, d.f.dl.Limits.MaxBytes, d.f.dl.Limits.MaxVirtualBytes, d.f.dl.Limits.StallTimeout, d.stalled, progress)
 	return to(d.pctx, d.s)
 }
 

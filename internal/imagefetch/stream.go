@@ -49,6 +49,8 @@ type imageStream struct {
 	n           int64
 	virtualSize int64
 	err         error
+	// maxVirtual bounds the virtual size a qcow2 header may give (0: no limit).
+	maxVirtual int64
 
 	errMu     sync.Mutex
 	sourceErr error // err, readable at any time
@@ -65,11 +67,13 @@ type imageStream struct {
 
 // newImageStream streams src, declared as format. total is the announced size (0 when
 // unknown); more than max bytes (0: no limit) fail the stream with a *LimitError of
-// LimitSize. When src delivers no byte for stall (0: no limit), onStall is called once: it
-// is expected to make src fail, e.g. by cancelling the request.
-func newImageStream(src io.Reader, format Format, total, maxBytes int64, stall time.Duration, onStall func(), progress ProgressFunc) *imageStream {
+// LimitSize, and a qcow2 header that gives a virtual size over maxVirtual (0: no limit) with
+// one of LimitVirtualSize, before any byte of it is passed on. When src delivers no byte for
+// stall (0: no limit), onStall is called once: it is expected to make src fail, e.g. by
+// cancelling the request.
+func newImageStream(src io.Reader, format Format, total, maxBytes, maxVirtual int64, stall time.Duration, onStall func(), progress ProgressFunc) *imageStream {
 	s := &imageStream{
-		src: src, format: format, max: maxBytes, stall: stall, onStall: onStall,
+		src: src, format: format, max: maxBytes, maxVirtual: maxVirtual, stall: stall, onStall: onStall,
 		chunks: make(chan []byte, chunkCount-1), free: make(chan []byte, chunkCount), stop: make(chan struct{}),
 		hash: sha256.New(), total: total, progress: progress, lastTime: time.Now(),
 	}
@@ -130,6 +134,20 @@ func (s *imageStream) fill(buf []byte, st *stallTimer) (int, error) {
 	return n, nil
 }
 
+// checkHead checks the first chunk: the format it declares, and the virtual size a qcow2
+// header gives against maxVirtual.
+func (s *imageStream) checkHead(b []byte) error {
+	vs, err := checkFormat(s.format, b)
+	if err != nil {
+		return &FormatError{Reason: err.Error()}
+	}
+	s.virtualSize = vs
+	if s.maxVirtual > 0 && vs > s.maxVirtual {
+		return &LimitError{Limit: LimitVirtualSize, MaxBytes: s.maxVirtual, Announced: vs}
+	}
+	return nil
+}
+
 func (s *imageStream) produce() {
 	defer s.wg.Done()
 	defer close(s.chunks)
@@ -146,12 +164,10 @@ func (s *imageStream) produce() {
 		st.resume()
 		n, err := s.fill(buf[:cap(buf)], st)
 		if s.n == 0 && (n > 0 || errors.Is(err, io.EOF)) {
-			vs, ferr := checkFormat(s.format, buf[:n])
-			if ferr != nil {
-				s.fail(&FormatError{Reason: ferr.Error()})
+			if herr := s.checkHead(buf[:n]); herr != nil {
+				s.fail(herr)
 				return
 			}
-			s.virtualSize = vs
 		}
 		if s.max > 0 && s.n+int64(n) > s.max {
 			s.fail(&LimitError{Limit: LimitSize, MaxBytes: s.max})

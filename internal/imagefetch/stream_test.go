@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/crossplane/crossplane-runtime/v2/pkg/test"
 )
 
 // qcow2Head is the first 512 bytes of a qcow2 image: a valid header of version 2 or 3
@@ -244,7 +246,7 @@ func TestImageStream(t *testing.T) {
 	img := append(qcow2Head(3, 0, 7<<30, 0), bytes.Repeat([]byte("0123456789abcdef"), 300000)...) // ~4.8 MB
 	sum := sha256.Sum256(img)
 	var calls [][2]int64
-	s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatQCOW2, int64(len(img)), 0, 0, nil,
+	s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatQCOW2, int64(len(img)), 0, 0, 0, nil,
 		func(done, total int64) { calls = append(calls, [2]int64{done, total}) })
 	var out bytes.Buffer
 	// Read like go-libvirt: into a 4 MiB buffer, one packet per Read.
@@ -281,7 +283,7 @@ func TestImageStream(t *testing.T) {
 	}
 
 	// A source that fails mid-way fails the stream with its error.
-	s = newImageStream(io.MultiReader(bytes.NewReader(img[:3<<20]), iotest.ErrReader(io.ErrUnexpectedEOF)), FormatQCOW2, 0, 0, 0, nil, nil)
+	s = newImageStream(io.MultiReader(bytes.NewReader(img[:3<<20]), iotest.ErrReader(io.ErrUnexpectedEOF)), FormatQCOW2, 0, 0, 0, 0, nil, nil)
 	_, err := io.Copy(io.Discard, struct{ io.Reader }{s})
 	s.close()
 	if err != io.ErrUnexpectedEOF {
@@ -289,7 +291,7 @@ func TestImageStream(t *testing.T) {
 	}
 
 	// A non-qcow2 image declared qcow2 fails at the first chunk.
-	s = newImageStream(strings.NewReader("<html>oops</html>"), FormatQCOW2, 0, 0, 0, nil, nil)
+	s = newImageStream(strings.NewReader("<html>oops</html>"), FormatQCOW2, 0, 0, 0, 0, nil, nil)
 	_, err = io.Copy(io.Discard, struct{ io.Reader }{s})
 	s.close()
 	if !IsFormatError(err) {
@@ -299,7 +301,7 @@ func TestImageStream(t *testing.T) {
 	// Stopping the stream early ends the producer.
 	pr, pw := io.Pipe()
 	go func() { _, _ = pw.Write(img) }()
-	s = newImageStream(pr, FormatQCOW2, 0, 0, 0, nil, nil)
+	s = newImageStream(pr, FormatQCOW2, 0, 0, 0, 0, nil, nil)
 	if _, err := s.Read(buf); err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +312,7 @@ func TestImageStream(t *testing.T) {
 	pr, pw = io.Pipe()
 	defer pw.Close()
 	stalled := make(chan struct{})
-	s = newImageStream(pr, FormatRaw, 0, 0, 50*time.Millisecond, func() { close(stalled); _ = pw.CloseWithError(errStalled) }, nil)
+	s = newImageStream(pr, FormatRaw, 0, 0, 0, 50*time.Millisecond, func() { close(stalled); _ = pw.CloseWithError(errStalled) }, nil)
 	select {
 	case <-stalled:
 	case <-time.After(5 * time.Second):
@@ -371,7 +373,7 @@ func TestImageStreamSamples(t *testing.T) {
 		img[i] = byte(i * 7)
 	}
 	for _, total := range []int64{int64(len(img)), 0} {
-		s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatRaw, total, 0, 0, nil, nil)
+		s := newImageStream(iotest.HalfReader(bytes.NewReader(img)), FormatRaw, total, 0, 0, 0, nil, nil)
 		if _, err := io.Copy(io.Discard, s); err != nil {
 			t.Fatal(err)
 		}
@@ -398,5 +400,40 @@ func TestSampledBlock(t *testing.T) {
 	}
 	if diff := cmp.Diff([]int64{0, 1, 2, 4, 8, 16, 32, 64}, got); diff != "" {
 		t.Errorf("sampledBlock: -want +got:\n%s", diff)
+	}
+}
+
+// TestVirtualSizeLimit: a qcow2 whose header gives a virtual size over the limit fails the
+// stream at its first chunk, before a byte is passed on; at or under it, or with no limit, it
+// streams.
+func TestVirtualSizeLimit(t *testing.T) {
+	cases := map[string]struct {
+		reason     string
+		virtual    uint64
+		maxVirtual int64
+		wantErr    error
+		wantBytes  int64
+	}{
+		"Over":    {reason: "2^62 bytes against 2 TiB", virtual: 1 << 62, maxVirtual: 2 << 40, wantErr: &LimitError{Limit: LimitVirtualSize, MaxBytes: 2 << 40, Announced: 1 << 62}},
+		"At":      {reason: "a limit is inclusive", virtual: 7 << 30, maxVirtual: 7 << 30, wantBytes: 1 << 20},
+		"NoLimit": {reason: "0 does not limit", virtual: 1 << 62, wantBytes: 1 << 20},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			img := append(qcow2Head(3, 0, tc.virtual, 0), make([]byte, 1<<20-512)...)
+			img = img[:1<<20]
+			s := newImageStream(bytes.NewReader(img), FormatQCOW2, 0, 0, tc.maxVirtual, 0, nil, nil)
+			n, err := io.Copy(io.Discard, struct{ io.Reader }{s})
+			s.close()
+			if diff := cmp.Diff(tc.wantErr, err, test.EquateErrors()); diff != "" {
+				t.Errorf("%s\nstream error: -want, +got:\n%s", tc.reason, diff)
+			}
+			if n != tc.wantBytes {
+				t.Errorf("%s\n%d bytes passed on, want %d", tc.reason, n, tc.wantBytes)
+			}
+			if tc.wantErr != nil && !IsTerminal(err) {
+				t.Errorf("%s\nan image over the virtual size limit is not terminal", tc.reason)
+			}
+		})
 	}
 }

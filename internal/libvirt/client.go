@@ -27,11 +27,13 @@ type Conn interface {
 // Client makes typed storage calls on one host. It is cheap and safe for
 // concurrent use.
 type Client struct {
-	conn   Conn
-	sh     *Shared
-	grace  time.Duration
-	socket string
-	uri    string
+	conn  Conn
+	sh    *Shared
+	grace time.Duration
+	// uploadIdle: see UploadIdleTimeout.
+	uploadIdle time.Duration
+	socket     string
+	uri        string
 	// kind labels the calls counted for contexts that carry no kind (metrics.WithKind).
 	kind string
 	// count counts one RPC; metrics.Call unless a test replaces it.
@@ -43,7 +45,7 @@ type Client struct {
 // New returns a Client for the host c connects to, sharing sh (one per process, see
 // NewShared) with every other Client.
 func New(c Conn, sh *Shared, opts ...Option) *Client {
-	cl := &Client{conn: c, sh: sh, grace: StreamAbortGrace, socket: DefaultSocket, uri: DefaultURI, count: metrics.Call, opened: metrics.Opened}
+	cl := &Client{conn: c, sh: sh, grace: StreamAbortGrace, uploadIdle: UploadIdleTimeout, socket: DefaultSocket, uri: DefaultURI, count: metrics.Call, opened: metrics.Opened}
 	for _, o := range opts {
 		o(cl)
 	}
@@ -400,6 +402,9 @@ func (c *Client) doStream(ctx context.Context, fn func(l rpc) error) error {
 // connection, and nothing done to the shared connection (a reconnect, a stuck call's
 // connection torn down) cuts the upload.
 func (c *Client) Upload(ctx context.Context, pool, name string, r io.Reader, length uint64) error {
+	// An upload that libvirt stops reading ends after UploadIdleTimeout (watchUpload).
+	ctx, r, stop := watchUpload(ctx, r, c.uploadIdle, c.uploadIdle/10)
+	defer stop()
 	upload := func(l rpc) error {
 		sp, err := c.activePool(l, pool)
 		if err != nil {

@@ -20,6 +20,7 @@ const (
 	errUndefineDomain  = "cannot undefine domain %q on %s"
 	errAutostartDomain = "cannot set autostart of domain %q on %s"
 	errDomainAddresses = "cannot read the addresses of domain %q from %s"
+	errResumeDomain    = "cannot resume domain %q on %s"
 )
 
 // Domain states, as KVMDomain status reports them.
@@ -67,6 +68,10 @@ type DomainInfo struct {
 	// InactiveXML is the persistent definition, used at the next boot.
 	InactiveXML string
 	Autostart   bool
+	// PausedIOError is true for a domain QEMU paused because a write to one of its disks
+	// failed (libvirt's state paused, reason I/O error), e.g. on a full pool. It stays paused
+	// until resumed.
+	PausedIOError bool
 }
 
 // Shared.domains remembers the handle (name and UUID) of each domain looked up, by host and
@@ -81,10 +86,10 @@ func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 	err := c.do(ctx, func(l rpc) error {
 		h, cached := c.sh.domains.Load(key)
 		dom, _ := h.(golibvirt.Domain)
-		var st int32
+		var st, reason int32
 		var err error
 		if cached {
-			st, _, err = l.DomainGetState(dom, 0)
+			st, reason, err = l.DomainGetState(dom, 0)
 		}
 		if !cached || IsNotFound(err) {
 			c.sh.domains.Delete(key)
@@ -92,7 +97,7 @@ func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 				return err
 			}
 			c.sh.domains.Store(key, dom)
-			st, _, err = l.DomainGetState(dom, 0)
+			st, reason, err = l.DomainGetState(dom, 0)
 		}
 		if err != nil {
 			return err
@@ -114,6 +119,7 @@ func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 		}
 		out.Name, out.UUID = dom.Name, uuidString(dom.UUID)
 		out.State, out.Autostart = StateName(state), auto == 1
+		out.PausedIOError = state == golibvirt.DomainPaused && golibvirt.DomainPausedReason(reason) == golibvirt.DomainPausedIoerror
 		return nil
 	})
 	return out, errors.Wrapf(err, errLookupDomain, name, c.conn.Address())
@@ -168,6 +174,12 @@ func (c *Client) withKnownDomain(ctx context.Context, name string, fn func(l rpc
 func (c *Client) StartDomain(ctx context.Context, name string) error {
 	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error { return l.DomainCreate(d) })
 	return errors.Wrapf(err, errStartDomain, name, c.conn.Address())
+}
+
+// ResumeDomain resumes a paused domain.
+func (c *Client) ResumeDomain(ctx context.Context, name string) error {
+	err := c.withDomain(ctx, name, func(l rpc, d golibvirt.Domain) error { return l.DomainResume(d) })
+	return errors.Wrapf(err, errResumeDomain, name, c.conn.Address())
 }
 
 // ShutdownDomain asks the guest to shut down (ACPI power button). It returns at once.

@@ -121,6 +121,14 @@ func (r rpc) DomainGetState(dom golibvirt.Domain, flags uint32) (int32, int32, e
 	return r.l.DomainGetState(dom, flags)
 }
 
+// DomainResume is go-libvirt's DomainResume, counted.
+func (r rpc) DomainResume(dom golibvirt.Domain) error {
+	if err := r.send("DomainResume"); err != nil {
+		return err
+	}
+	return r.l.DomainResume(dom)
+}
+
 // DomainGetXMLDesc is go-libvirt's DomainGetXMLDesc, counted.
 func (r rpc) DomainGetXMLDesc(dom golibvirt.Domain, flags golibvirt.DomainXMLFlags) (string, error) {
 	if err := r.send("DomainGetXMLDesc"); err != nil {

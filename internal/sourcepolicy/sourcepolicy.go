@@ -464,6 +464,9 @@ type Limits struct {
 	HeaderTimeout time.Duration
 	// StallTimeout bounds how long the download may receive no byte.
 	StallTimeout time.Duration
+	// MaxVirtualBytes bounds the virtual size a qcow2 image's header may give (0: no limit);
+	// it comes from the config's limits.maxVirtualSizeGiB, not from imageSources.
+	MaxVirtualBytes int64
 }
 
 // LimitsOf returns the limits of p, with the CRD's defaults for fields that are zero.

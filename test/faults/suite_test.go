@@ -147,6 +147,7 @@ func TestFaults(t *testing.T) {
 		o.namespaces = append(o.namespaces, dc.namespace())
 	}
 	o.namespaces = append(o.namespaces, twoProvidersNamespace)
+	o.namespaces = append(o.namespaces, poolFullNamespaces...)
 	for _, ns := range o.namespaces {
 		o.digests = append(o.digests, digest(ns))
 	}
@@ -165,6 +166,9 @@ func TestFaults(t *testing.T) {
 	}
 	if run := os.Getenv("FAULTS_ONLY"); (run == "" && full()) || run == "TwoProviders" {
 		t.Run("TwoProviders", s.twoProviders)
+	}
+	if run := os.Getenv("FAULTS_ONLY"); (run == "" && full()) || run == "PoolFull" {
+		t.Run("PoolFull", s.poolFull)
 	}
 	bad, samples := s.mon.end()
 	t.Logf("domains sampled for their base volume: %d samples", samples)

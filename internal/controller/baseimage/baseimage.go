@@ -13,7 +13,9 @@
 // HTTP 5xx, DNS, TLS, a missing pool, a cut connection to the host) is shown, Synced=False
 // with the reason, and retried with backoff: 10 s after the first failure, doubling per
 // failure in a row up to 10 min; a timeout (no response headers, a stalled download) waits at
-// least a minute. An edited source
+// least a minute; a pool without room for the image (limits.minFreePoolMiB of the config, or
+// ENOSPC during the upload, whose bytes are then removed) shows Ready=False with reason
+// PoolFull and waits at least 5 min, and the next attempt uploads only if the pool has room. An edited source
 // publishes a new volume; older volumes are kept while overlays use them and removed as soon
 // as they do not. Deleting the last owner of a volume is held while overlays use it.
 package baseimage
@@ -52,6 +54,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
+	"github.com/provider-kvm/provider-kvm/internal/hostlimits"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 )
@@ -87,7 +90,28 @@ func retryDelay(attempt int, err error) time.Duration {
 	if imagecache.IsLimit(err) {
 		d = max(d, limitRetryDelay)
 	}
+	if hostlimits.IsPoolFull(err) {
+		d = max(d, poolFullRetryDelay)
+	}
 	return d
+}
+
+// poolFullRetryDelay is how long a publish that found its pool full (before the upload, or
+// ENOSPC during it) waits before the next attempt, at least; that attempt uploads only if the
+// pool has room by then. Retrying sooner would refill the pool with uploads bound to fail.
+const poolFullRetryDelay = 5 * time.Minute
+
+// ReasonPoolFull is the Ready condition's reason while the image's pool has no room for it.
+const ReasonPoolFull xpv2.ConditionReason = "PoolFull"
+
+// unavailable is the Ready condition of a publish that failed with err: PoolFull when the
+// pool had no room, else Unavailable.
+func unavailable(err error) xpv2.Condition {
+	c := xpv2.Unavailable().WithMessage(err.Error())
+	if hostlimits.IsPoolFull(err) {
+		c.Reason = ReasonPoolFull
+	}
+	return c
 }
 
 // Error messages.
@@ -183,6 +207,7 @@ type Cache interface {
 	Remove(ctx context.Context, pool, volume, ownerUID string) (imagecache.Removal, error)
 	Owned(ctx context.Context, pool, ownerUID string) ([]imagecache.Image, error)
 	Sweep(ctx context.Context, pool string) (removed []string, kept map[string]error, err error)
+	NamespaceImages(ctx context.Context, pool, namespace, except string) (int, error)
 }
 
 type connector struct {
@@ -236,11 +261,15 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 		return nil, err
 	}
 	dl.Resolver = c.resolver
+	// The config's limits bound the image's virtual size and the free space its pool keeps;
+	// a job that ran under other limits is not their verdict.
+	dl.Limits.MaxVirtualBytes = s.Limits.MaxVirtualBytes()
+	key += fmt.Sprintf("\x00limits %d %d", s.Limits.MaxVirtualSizeGiB, s.Limits.MinFreePoolMiB)
 	return &external{
-		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, grant: s.Grant, policy: key, now: time.Now,
+		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, grant: s.Grant, policy: key, now: time.Now, limits: s.Limits,
 		requireSHA256: c.platform.SHA256Rule(s.ImageSources, namespaced, s.Source),
 		cache: imagecache.New(s.Libvirt(), c.images, dl, imagecache.WithLiveness(rememberAlive(c.alive)),
-			imagecache.WithOverlayPools(c.overlayPools), imagecache.WithNamespace(cr.GetNamespace())),
+			imagecache.WithOverlayPools(c.overlayPools), imagecache.WithNamespace(cr.GetNamespace()), imagecache.WithLimits(s.Limits)),
 	}, nil
 }
 
@@ -296,6 +325,8 @@ type external struct {
 	defaults v1alpha1.HostDefaults
 	// grant is what the namespace may use of the host (its pools among them).
 	grant hostgrants.Grant
+	// limits of the host config: how many images a namespace may hold there.
+	limits hostlimits.Limits
 	// policy identifies the imageSources the cache enforces: a job that ran under others
 	// is not this policy's verdict.
 	policy string
@@ -482,7 +513,7 @@ func (e *external) observeJob(cr *v1alpha1.BaseImage, j *job) (managed.ExternalO
 		// until the backoff has passed; the requeue of the error brings the resource back.
 		d := retryDelay(j.attempt, j.err)
 		cr.Status.AtProvider.Upload = nil
-		cr.SetConditions(xpv2.Unavailable().WithMessage(j.err.Error()))
+		cr.SetConditions(unavailable(j.err))
 		return managed.ExternalObservation{}, errors.Wrapf(j.err, errRetryLater, d, j.attempt)
 	default:
 		// A failed upload whose backoff has passed, or a volume that went away: start again.
@@ -551,10 +582,14 @@ func sha(img imagecache.Image) string {
 	return ""
 }
 
-func (e *external) Create(_ context.Context, cr *v1alpha1.BaseImage) (managed.ExternalCreation, error) {
+func (e *external) Create(ctx context.Context, cr *v1alpha1.BaseImage) (managed.ExternalCreation, error) {
 	pool, src, own := e.pool(cr), source(cr), owner(cr)
 	// A pool the namespace was not granted is refused before anything is fetched or made.
 	if err := e.grant.CheckPool(pool); err != nil {
+		return managed.ExternalCreation{}, err
+	}
+	// So is an image over the namespace's limits.maxImagesPerNamespace.
+	if err := e.checkImageCount(ctx, cr, pool); err != nil {
 		return managed.ExternalCreation{}, err
 	}
 	// The external name follows the current source.
@@ -655,3 +690,17 @@ func (e *external) sweep(ctx context.Context, cr *v1alpha1.BaseImage, pool strin
 }
 
 func (e *external) Disconnect(context.Context) error { return nil }
+
+// checkImageCount refuses a BaseImage whose namespace's BaseImages hold
+// limits.maxImagesPerNamespace images in its pool already (this one's own records left out:
+// a retry, or a new source, is not one more), before anything is downloaded or written.
+func (e *external) checkImageCount(ctx context.Context, cr *v1alpha1.BaseImage, pool string) error {
+	if e.limits.MaxImagesPerNamespace <= 0 {
+		return nil
+	}
+	n, err := e.cache.NamespaceImages(ctx, pool, cr.GetNamespace(), string(cr.GetUID()))
+	if err != nil {
+		return err
+	}
+	return e.limits.ImageCount(n)
+}

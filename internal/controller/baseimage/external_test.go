@@ -29,6 +29,7 @@ type fakeCache struct {
 	publish      func(pool string, src imagecache.Source) (imagecache.Result, error)
 	remove       func(pool, volume string) (imagecache.Removal, error)
 	owned        func(pool string) ([]imagecache.Image, error)
+	images       func(pool, namespace, except string) (int, error)
 	removed      []string
 	swept        int
 }
@@ -64,6 +65,12 @@ func removes(err error) func(string, string) (imagecache.Removal, error) {
 func (f *fakeCache) Sweep(context.Context, string) ([]string, map[string]error, error) {
 	f.swept++
 	return nil, nil, nil
+}
+func (f *fakeCache) NamespaceImages(_ context.Context, pool, namespace, except string) (int, error) {
+	if f.images == nil {
+		f.t.Fatal("unexpected NamespaceImages")
+	}
+	return f.images(pool, namespace, except)
 }
 func (f *fakeCache) Owned(_ context.Context, pool, _ string) ([]imagecache.Image, error) {
 	if f.owned == nil {

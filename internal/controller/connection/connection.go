@@ -25,6 +25,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/hostconfig"
 	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
+	"github.com/provider-kvm/provider-kvm/internal/hostlimits"
 	lv "github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
@@ -88,6 +89,9 @@ type Session struct {
 	// Grant is what the resource's namespace may use of the host: networks, bridges (with
 	// their address ranges) and pools. Empty for a resource being deleted.
 	Grant hostgrants.Grant
+	// Limits cap sizes and per-namespace counts on the host, and the free space its pools
+	// keep (spec.limits).
+	Limits hostlimits.Limits
 }
 
 // Connect tracks mg's usage of its config, resolves the config and opens (or reuses) the
@@ -119,6 +123,7 @@ func (c *Connector) Connect(ctx context.Context, mg resource.ModernManaged) (*Se
 	}
 	s.Unschedulable = r.Unschedulable
 	s.Allocation = r.Allocation
+	s.Limits = hostlimits.Limits{HostLimits: r.Limits, Source: r.Source}
 	if s.conn, err = c.Conns.Get(s.context(ctx), r.Host); err != nil {
 		return nil, errors.Wrapf(err, errConnect, r.Source)
 	}

@@ -25,6 +25,9 @@ func (e *external) overlay(ctx context.Context, cr *v1alpha1.KVMDomain, t target
 	} else if !libvirt.IsNotFound(err) {
 		return errors.Wrap(err, errOverlay)
 	}
+	if err := e.checkPoolRoom(ctx, t.pool); err != nil {
+		return err
+	}
 	capacity := uint64(base.Status.AtProvider.VirtualSizeBytes)
 	if g := cr.Spec.ForProvider.DiskSizeGiB; g != nil {
 		want := uint64(*g) << 30
@@ -137,6 +140,9 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 		return managed.ExternalCreation{}, err
 	}
 	// Refusals come before anything is made on the host.
+	if err := e.checkSize(cr, in.base); err != nil {
+		return managed.ExternalCreation{}, err
+	}
 	if err := e.checkGrants(ctx, cr, t); err != nil {
 		return managed.ExternalCreation{}, err
 	}
@@ -165,9 +171,10 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 }
 
 // define defines a new domain under the host's lock, checking again that its MAC address is
-// still unique (another KVMDomain may have taken it since checkGrants), and that the host has
-// room for it (room.go): two domains placed on the host from the same view of it cannot both
-// take its last room.
+// still unique and its namespace under its domain limit (another KVMDomain may have taken
+// either since checkGrants), and that the host has room for it (room.go): two domains placed
+// on the host from the same view of it cannot both take its last room. One that lost the last
+// slot this way leaves its overlay, which its deletion removes.
 func (e *external) define(ctx context.Context, cr *v1alpha1.KVMDomain, x string) error {
 	unlock, err := e.defines.lock(ctx, e.host)
 	if err != nil {

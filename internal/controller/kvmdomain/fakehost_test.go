@@ -120,3 +120,8 @@ func (h *fakeHost) ChangeMedia(_ context.Context, name, diskXML string) error {
 	h.calls = append(h.calls, "ChangeMedia "+name)
 	return h.set(name, func(d *libvirt.DomainInfo) { d.XML = swapSeed(d.XML, diskXML) })
 }
+
+func (h *fakeHost) ResumeDomain(_ context.Context, name string) error {
+	h.calls = append(h.calls, "ResumeDomain "+name)
+	return h.set(name, func(d *libvirt.DomainInfo) { d.State, d.PausedIOError = libvirt.StateRunning, false })
+}

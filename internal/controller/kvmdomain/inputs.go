@@ -154,11 +154,15 @@ func (e *external) checkGrants(ctx context.Context, cr *v1alpha1.KVMDomain, t ta
 
 // checkMAC refuses a MAC address that another domain on the host has (ours or not): a guest
 // with another's address takes its DHCP lease and its traffic. The message names no other
-// domain, namespace or resource.
+// domain, namespace or resource. On the same reading of the host's domains, it refuses a
+// domain over its namespace's limits.maxDomainsPerNamespace (checkCount).
 func (e *external) checkMAC(ctx context.Context, cr *v1alpha1.KVMDomain) error {
 	defs, err := e.lv.DomainDefinitions(ctx)
 	if err != nil {
 		return errors.Wrap(err, errMACCheck)
+	}
+	if err := e.checkCount(cr, defs); err != nil {
+		return err
 	}
 	m := mac(cr)
 	taken, err := domainxml.MACTaken(defs, m, string(cr.GetUID()))

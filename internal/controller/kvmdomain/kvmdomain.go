@@ -29,6 +29,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
+	"github.com/provider-kvm/provider-kvm/internal/hostlimits"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
@@ -156,6 +157,8 @@ type Host interface {
 	ResizeVolume(ctx context.Context, pool, name string, size uint64) error
 	BlockResize(ctx context.Context, name, path string, size uint64) error
 	ChangeMedia(ctx context.Context, name, diskXML string) error
+	ResumeDomain(ctx context.Context, name string) error
+	Pool(ctx context.Context, name string) (libvirt.Pool, error)
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.TypedExternalClient[*v1alpha1.KVMDomain], error) {
@@ -179,7 +182,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 		kube: c.kube, recorder: c.recorder, shutdowns: c.shutdowns, probes: c.probes, defaults: s.Defaults, source: s.Source, grant: s.Grant, defines: c.defines,
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
-		policies: c.policies, unschedulable: s.Unschedulable, allocation: s.Allocation,
+		policies: c.policies, unschedulable: s.Unschedulable, allocation: s.Allocation, limits: s.Limits,
 	}, nil
 }
 
@@ -208,6 +211,9 @@ type external struct {
 	// allocation: the config's allocation ratios; a new domain that does not fit is refused
 	// (room.go).
 	allocation *v1alpha1.AllocationRatios
+	// limits cap a new domain's size, its namespace's domains on the host, and the free
+	// space its overlay's pool keeps (limits.go).
+	limits hostlimits.Limits
 	// gone is called once the resource's deletion found nothing left on the host: what the
 	// process keeps of it (its domain events' binding, its probe) is let go.
 	gone func()

@@ -108,7 +108,7 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	if err != nil {
 		return managed.ExternalObservation{}, err
 	}
-	grow, err := e.growOf(ctx, cr, t, imported)
+	grow, paused, err := e.storageOf(ctx, cr, t, &d, imported)
 	if err != nil {
 		return managed.ExternalObservation{}, err
 	}
@@ -120,13 +120,25 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 
 	if !running {
 		e.forgetProbe(cr)
-		observeNotRunning(cr, d.State)
+		observeNotRunning(cr, d.State, paused)
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
 	e.observeGuest(ctx, cr, name, d)
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
 		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
 	}}, nil
+}
+
+// storageOf is what Observe learns of d's storage: how many bytes its root disk must grow by,
+// and, for a domain QEMU paused on an I/O error, why it stays paused (resumeAfterIOError
+// resumes it, and marks d running, once its pool has room).
+func (e *external) storageOf(ctx context.Context, cr *v1alpha1.KVMDomain, t target, d *libvirt.DomainInfo, imported bool) (uint64, string, error) {
+	grow, err := e.growOf(ctx, cr, t, imported)
+	if err != nil {
+		return 0, "", err
+	}
+	paused, err := e.resumeAfterIOError(ctx, cr, t, d, imported)
+	return grow, paused, err
 }
 
 // growOf is how many bytes the root disk must grow by; an imported domain's disk is not ours.
@@ -201,14 +213,20 @@ func (e *external) letGo(cr *v1alpha1.KVMDomain) {
 // observeNotRunning reports a domain that does not run: nothing of the guest is known, and it
 // is Ready only when shut off as powerState Stopped asks (the desired state is reached, so it
 // is polled at --poll, not every few seconds like a domain that should run and does not).
-func observeNotRunning(cr *v1alpha1.KVMDomain, state string) {
+// observeNotRunning reports a domain that is not running; why says why it is paused, when
+// the provider knows (resumeAfterIOError).
+func observeNotRunning(cr *v1alpha1.KVMDomain, state, why string) {
 	at := &cr.Status.AtProvider
 	at.IPv4, at.IPSource, at.GuestAgentConnected, at.Probe = "", "", false, ""
 	if cr.Spec.ForProvider.PowerState == v1alpha1.PowerStateStopped && state == libvirt.StateShutOff {
 		cr.SetConditions(xpv2.Available().WithMessage("shut off, as powerState Stopped asks"))
 		return
 	}
-	cr.SetConditions(xpv2.Unavailable().WithMessage("domain is " + state))
+	msg := "domain is " + state
+	if why != "" {
+		msg = why
+	}
+	cr.SetConditions(xpv2.Unavailable().WithMessage(msg))
 }
 
 // addressSources is the order in which the guest's address is asked for: the source that gave

@@ -41,6 +41,8 @@ type Storage struct {
 	Created map[string]string
 	// Fail, when set, is asked before each call; a non-nil error is returned instead.
 	Fail func(op, pool, name string) error
+	// Free is the free space of each pool (Pool's AvailableBytes); a pool not in it has 1 TiB.
+	Free map[string]uint64
 	// BeforeCreate, when set, runs before each CreateVolume (without the lock held), e.g. to
 	// let another writer win a race.
 	BeforeCreate func(pool, name string)
@@ -378,4 +380,18 @@ func (s *Storage) AllPools(context.Context) ([]libvirt.Pool, error) {
 		out = append(out, libvirt.Pool{Name: name, Type: "dir", Path: "/pool/" + name, Active: active[name]})
 	}
 	return out, nil
+}
+
+// Pool describes pool: active unless Inactive lists it, with Free's free space.
+func (s *Storage) Pool(_ context.Context, pool string) (libvirt.Pool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("Pool", pool, ""); err != nil {
+		return libvirt.Pool{}, err
+	}
+	free, ok := s.Free[pool]
+	if !ok {
+		free = 1 << 40
+	}
+	return libvirt.Pool{Name: pool, Type: "dir", Path: "/pool/" + pool, Active: !slices.Contains(s.Inactive, pool), AvailableBytes: free}, nil
 }
