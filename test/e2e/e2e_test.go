@@ -46,6 +46,8 @@ const (
 	exSHA256   = "5f4dcc3b5aa765d61d8327deb882cf992b95990a8b1e4e6b0a1c8c2e0f0e0a51"
 	exGuestNet = "192.168.122.0/24"
 	exProbeURL = "http://192.168.122.1:8204/"
+	// exOwnDomains is own-image.yaml's allowedDomains: its probe's origin must be among them.
+	exOwnDomains = "allowedDomains: [.debian.org, 192.168.122.1]"
 )
 
 // proxyExamples are examples/proxy, every file of it: the RBAC a platform adds for
@@ -61,7 +63,7 @@ func proxyExamples(hostB string) []example {
 		}},
 		{File: "examples/proxy/own-image.yaml", Subst: [][2]string{
 			{exImageURL, "IMAGE_URL_C"}, {exSHA256, "IMAGE_SHA256"}, {exGuestNet, "GUEST_CIDR"}, {exProbeURL, "PROBE_URL"},
-			{"host: default", "host: " + hostB},
+			{"host: default", "host: " + hostB}, {exOwnDomains, "OWN_IMAGE_DOMAINS"},
 		}},
 		{File: "examples/proxy/proxyclaim.yaml", Subst: [][2]string{{exProbeURL, "PROBE_URL"}}},
 	}
