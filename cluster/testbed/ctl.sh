@@ -82,7 +82,7 @@ reset() {
     esac
   done
   alive libvirtd || { echo "ctl.sh: reset: libvirtd is not running" >&2; return 1; }
-  local V="virsh -q -c qemu:///system" d v pool net
+  local V="virsh -q -c qemu:///system" d v pool net x
   local doms=0 vols=0 pools=0 nets=0
   for d in $($V list --all --name); do
     $V destroy "$d" >/dev/null 2>&1 || true
@@ -91,7 +91,8 @@ reset() {
   done
   for pool in $($V pool-list --all --name); do
     [ "$pool" = "$POOL" ] && continue
-    [[ "$($V pool-dumpxml "$pool")" == *"<path>$TB/"* ]] || continue
+    x=$($V pool-dumpxml "$pool" 2>/dev/null) || continue # gone meanwhile (a transient pool)
+    [[ $x == *"<path>$TB/"* ]] || continue
     $V pool-destroy "$pool" >/dev/null 2>&1 || true
     $V pool-undefine "$pool" >/dev/null
     pools=$((pools + 1))
