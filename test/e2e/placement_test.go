@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,8 +122,30 @@ func TestPlacement(t *testing.T) {
 		}
 	}
 
-	// 4 TiB fits no host of the bed.
-	if err := e.c.Create(ctx, placedProxy("huge", 4194304)); err != nil {
+	// A Proxy the platform's policy allows (4 GiB) that no host has room for: the first host is
+	// cordoned, and the other's memory ratio is lowered to leave it 1 % of its memory.
+	squeeze := func(memory *resource.Quantity) error {
+		c := &v1alpha1.ClusterProviderConfig{}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: other}, c); err != nil {
+			return err
+		}
+		p := client.MergeFrom(c.DeepCopy())
+		c.Spec.Allocation = nil
+		if memory != nil {
+			c.Spec.Allocation = &v1alpha1.AllocationRatios{Memory: memory}
+		}
+		return e.c.Patch(ctx, c, p)
+	}
+	small := resource.MustParse("0.01")
+	if err := squeeze(&small); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := squeeze(nil); err != nil {
+			t.Errorf("restore the memory ratio of %s: %v", other, err)
+		}
+	})
+	if err := e.c.Create(ctx, placedProxy("huge", 4096)); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitFor(ctx, "Proxy huge Pending with NoHostFits", 2*time.Second, 60*time.Second, func(ctx context.Context) error {

@@ -175,10 +175,17 @@ func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *
 	}
 	// The platform's destination rules (the shipped Compositions' ProxyPolicy): the metadata
 	// address and a private network outside the allowed ranges get squid's 403 naming the rule.
-	for target, page := range map[string]string{
+	// A Proxy with its own allowedDomains (neither is among them) denies them by that rule first.
+	denied := map[string]string{
 		"http://169.254.169.254/latest/meta-data/": "ERR_PROXY_DST_LINK_LOCAL",
 		"http://172.16.0.1:8080/":                  "ERR_PROXY_DST_PRIVATE",
-	} {
+	}
+	if d, _, _ := unstructured.NestedStringSlice(obj.Object, "spec", "allowedDomains"); len(d) > 0 {
+		for target := range denied {
+			denied[target] = "ERR_PROXY_DOMAIN_NOT_ALLOWED"
+		}
+	}
+	for target, page := range denied {
 		code, xerr, err := httpGetSquidError(ctx, direct, target, 20*time.Second)
 		if code != 403 || !strings.HasPrefix(xerr, page+" ") {
 			return fmt.Errorf("%s: GET %s through proxy %s answered %d, X-Squid-Error %q (%v); want 403 and %s", label, target, direct, code, xerr, err, page)
