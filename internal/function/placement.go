@@ -46,16 +46,15 @@ func needsNamespace(got []resource.Required) bool {
 
 // The Placed condition of a Proxy, and its reasons.
 const (
-	ConditionPlaced   = "Placed"
-	ReasonHostGiven   = "HostGiven"  // spec.host names the host
-	ReasonPlaced      = "Placed"     // the function chose the host (status.host), for good
-	ReasonNoHostFits  = "NoHostFits" // no host matches, or none has room: nothing is composed
-	ReasonChoosing    = "Choosing"   // the hosts were asked for; Crossplane calls again with them
-	PhasePending      = "Pending"    // no host yet: nothing is composed
-	msgChoosing       = "choosing a host"
-	hostsAPIVersion   = "kvm.crossplane.io/v1alpha1"
-	statusHostField   = "status.host"
-	readyConditionTyp = "Ready"
+	ConditionPlaced  = "Placed"
+	ReasonHostGiven  = "HostGiven"  // spec.host names the host
+	ReasonPlaced     = "Placed"     // the function chose the host (status.host), for good
+	ReasonNoHostFits = "NoHostFits" // no host matches, or none has room: nothing is composed
+	ReasonChoosing   = "Choosing"   // the hosts were asked for; Crossplane calls again with them
+	PhasePending     = "Pending"    // no host yet: nothing is composed
+	msgChoosing      = "choosing a host"
+	hostsAPIVersion  = "kvm.crossplane.io/v1alpha1"
+	statusHostField  = "status.host"
 )
 
 // where is the outcome of placement: the host, or why there is none yet.
@@ -236,24 +235,7 @@ func candidate(obj map[string]any) (placement.Host, error) {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &c); err != nil {
 		return placement.Host{}, errors.Wrap(err, "cannot read a ClusterProviderConfig Crossplane gave")
 	}
-	h := placement.Host{Name: c.GetName(), Unschedulable: c.Spec.Unschedulable}
-	for _, cd := range c.Status.Conditions {
-		if string(cd.Type) == readyConditionTyp {
-			h.Ready = cd.Status == "True"
-		}
-	}
-	h.Ratios, h.RatiosErr = placement.RatiosOf(c.Spec.Allocation)
-	if s := c.Status.Host; s != nil {
-		h.Size.VCPUs = int64(s.CPUs)
-		if s.MemoryTotal != nil {
-			h.Size.MemoryBytes = s.MemoryTotal.Value()
-		}
-		h.Used.VCPUs = int64(s.Managed.VCPUs)
-		if s.Managed.Memory != nil {
-			h.Used.MemoryBytes = s.Managed.Memory.Value()
-		}
-	}
-	return h, nil
+	return placement.HostOf(&c), nil
 }
 
 // require asks Crossplane for the hosts sel matches (every ClusterProviderConfig when sel is

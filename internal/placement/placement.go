@@ -14,7 +14,10 @@ import (
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 )
@@ -28,6 +31,25 @@ const ErrHostFull = "host full"
 // Ratios are a host's allocation ratios.
 type Ratios struct {
 	CPU, Memory float64
+}
+
+// HostOf is a ClusterProviderConfig as placement sees it: its Ready condition, cordon,
+// allocation ratios, and the size and usage the provider's host status controller wrote.
+func HostOf(c *v1alpha1.ClusterProviderConfig) Host {
+	h := Host{Name: c.GetName(), Unschedulable: c.Spec.Unschedulable}
+	h.Ready = c.GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue
+	h.Ratios, h.RatiosErr = RatiosOf(c.Spec.Allocation)
+	if s := c.Status.Host; s != nil {
+		h.Size.VCPUs = int64(s.CPUs)
+		if s.MemoryTotal != nil {
+			h.Size.MemoryBytes = s.MemoryTotal.Value()
+		}
+		h.Used.VCPUs = int64(s.Managed.VCPUs)
+		if s.Managed.Memory != nil {
+			h.Used.MemoryBytes = s.Managed.Memory.Value()
+		}
+	}
+	return h
 }
 
 // RatiosOf returns the ratios a host's spec.allocation gives, each defaulted when unset. A

@@ -219,18 +219,5 @@ func (e *env) placementHost(ctx context.Context, name string) (placement.Host, e
 	if err := e.c.Get(ctx, client.ObjectKey{Name: name}, c); err != nil {
 		return placement.Host{}, err
 	}
-	h := placement.Host{Name: name, Unschedulable: c.Spec.Unschedulable}
-	h.Ready = c.GetCondition("Ready").Status == corev1.ConditionTrue
-	h.Ratios, h.RatiosErr = placement.RatiosOf(c.Spec.Allocation)
-	if s := c.Status.Host; s != nil {
-		h.Size.VCPUs = int64(s.CPUs)
-		if s.MemoryTotal != nil {
-			h.Size.MemoryBytes = s.MemoryTotal.Value()
-		}
-		h.Used.VCPUs = int64(s.Managed.VCPUs)
-		if s.Managed.Memory != nil {
-			h.Used.MemoryBytes = s.Managed.Memory.Value()
-		}
-	}
-	return h, nil
+	return placement.HostOf(c), nil
 }
