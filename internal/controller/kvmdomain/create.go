@@ -181,10 +181,15 @@ func (e *external) define(ctx context.Context, cr *v1alpha1.KVMDomain, x string)
 		return err
 	}
 	defer unlock()
-	if err := e.checkMAC(ctx, cr); err != nil {
+	// One reading of the host's domains serves both checks.
+	defs, err := e.lv.DomainDefinitions(ctx)
+	if err != nil {
+		return errors.Wrap(err, errMACCheck)
+	}
+	if err := e.checkMACIn(cr, defs); err != nil {
 		return err
 	}
-	if err := e.checkRoom(ctx, cr); err != nil {
+	if err := e.checkRoom(ctx, cr, defs); err != nil {
 		return err
 	}
 	return e.lv.DefineDomain(ctx, x)

@@ -161,6 +161,11 @@ func (e *external) checkMAC(ctx context.Context, cr *v1alpha1.KVMDomain) error {
 	if err != nil {
 		return errors.Wrap(err, errMACCheck)
 	}
+	return e.checkMACIn(cr, defs)
+}
+
+// checkMACIn is checkMAC on the host's domain definitions defs, already read.
+func (e *external) checkMACIn(cr *v1alpha1.KVMDomain, defs []string) error {
 	if err := e.checkCount(cr, defs); err != nil {
 		return err
 	}

@@ -25,14 +25,11 @@ const (
 // stale view of the host cannot both take its last room. The managed reconciler shows the
 // refusal as Synced=False ("create failed: host full: ...") and a CannotCreateExternalResource
 // warning event, and retries with its backoff.
-func (e *external) checkRoom(ctx context.Context, cr *v1alpha1.KVMDomain) error {
+// defs are the host's domain definitions, read by define under the lock.
+func (e *external) checkRoom(ctx context.Context, cr *v1alpha1.KVMDomain, defs []string) error {
 	r, err := placement.RatiosOf(e.allocation)
 	if err != nil {
 		return errors.Wrapf(err, "%s", e.source)
-	}
-	defs, err := e.lv.DomainDefinitions(ctx)
-	if err != nil {
-		return errors.Wrap(err, errRoomCheck)
 	}
 	node, err := e.lv.NodeInfo(ctx)
 	if err != nil {
