@@ -29,6 +29,9 @@ export TB
 TESTBED_IMAGE ?= $(CACHE_DIR)/images/debian-12-testbed.qcow2
 export TESTBED_IMAGE
 
+# Users of the LAN bed (its checks, make e2e, make demo, bench-latency) take this lock in turn.
+LAN_LOCK ?= /tmp/lan.lock
+
 # -p 1: the integration tests of several packages share one libvirtd and sshd, and some of
 # them restart those daemons on purpose; packages must not run at the same time.
 GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
@@ -134,31 +137,66 @@ lan-up: packages ## Start the LAN test bed: netns lan (bridge + dnsmasq), node, 
 lan-down: ## Stop what lan-up started.
 	cluster/lan/down.sh
 test-lan: deps lan-up image ## From netns node: SSH + libvirt on both hosts, a guest on host-a's bridge answering 204, nothing leaves the namespaces (~3 min).
-	flock -o /tmp/testbed.lock cluster/lan/exec.sh node go test -tags lan -count=1 -v -timeout 20m ./test/lan/
+	flock -o $(LAN_LOCK) cluster/lan/exec.sh node go test -tags lan -count=1 -v -timeout 20m ./test/lan/
 
 .PHONY: test-unit
 test-unit: ## Unit tests only: no control plane, no test bed.
 	go test $(GO_TEST_FLAGS) ./...
 	for m in $(TOOL_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 
-# The whole suite runs inside the test bed's network namespace: the SSH server and the guests
+# make test runs two suites at once, on two test beds that share nothing:
+#  - test-bed: the Go tests (unit, envtest with a real kube-apiserver + etcd, integration against
+#    the libvirtd + sshd of netns kvmhost), then the tool modules' tests. It needs only
+#    kube-apiserver, etcd, the Crossplane CLI, function-auto-ready and the guest image.
+#  - test-lan-e2e: the LAN's network checks, then make e2e on the single-node Kubernetes with the
+#    two libvirt hosts of the LAN bed. It needs the node's binaries, the Crossplane core and the
+#    packages too, and builds them first if they are missing (a build another process holds is
+#    waited for through the build scripts' locks), so on a cold machine the bed's tests start
+#    while the node's binaries still compile.
+# Most of either suite waits on guests booting under TCG, one at a time on the NAT bed: the
+# other core does the other suite's work. The bed's output is kept in _output/test/bed.log and
+# printed when both have finished; the LAN and e2e output streams live.
+.PHONY: test test-bed test-lan-e2e test-tools envtest-bins
+test: deps envtest-bins test-tools testbed-up image ## The README's test command: all tests with real parts (the test bed's suite beside the LAN checks and make e2e).
+	@mkdir -p _output/test
+	@echo "make test: the test bed's suite runs in the background (log: _output/test/bed.log); the LAN checks and make e2e here"
+	@bed=0 lan=0; \
+	$(MAKE) --no-print-directory test-bed >_output/test/bed.log 2>&1 & pid=$$!; \
+	$(MAKE) --no-print-directory test-lan-e2e || lan=$$?; \
+	echo "make test: waiting for the test bed's suite"; \
+	wait $$pid || bed=$$?; \
+	echo; echo "=== the test bed's suite (_output/test/bed.log)"; cat _output/test/bed.log; \
+	passed=$$(grep -cE '^ok ' _output/test/bed.log || true); failed=$$(grep -cE '^FAIL[[:space:]]' _output/test/bed.log || true); \
+	echo "make test: test bed exit $$bed, LAN and e2e exit $$lan"; \
+	echo "packages: $$passed passed, $$failed failed"; \
+	[ $$bed -eq 0 ] && [ $$lan -eq 0 ]
+
+# The whole Go suite runs inside the test bed's network namespace: the SSH server and the guests
 # live there, and the envtest control plane only needs loopback, which the namespace has. It
 # holds /tmp/testbed.lock, as every other user of the test bed does (some tests restart its
 # libvirtd), so two runs never share the bed. flock -o: the lock is flock's own, not inherited by
 # the command, so what a killed test leaves running (envtest's etcd and kube-apiserver) cannot
 # keep holding it. It starts from a clean bed (ctl.sh reset): a run cut earlier may have left
 # test processes, domains and volumes behind.
-.PHONY: test
-test: deps controlplane tools testbed-up lan-up image ## The README's test command: all tests with real parts, the LAN's network checks, then make e2e (on the LAN).
+test-bed: deps envtest-bins test-tools testbed-up image ## The Go tests on the NAT test bed (netns kvmhost), then the tool modules' tests.
 	rm -f $(TB)/run/revived.log
 	CI="$${CI:-}" flock -o /tmp/testbed.lock sh -c 'cluster/testbed/ctl.sh reset && exec cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...' || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
 	@cat $(TB)/run/revived.log 2>/dev/null || true
 	for m in $(TOOL_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
-	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./test/lan/
-	@# The plain-virsh baseline boot proves nothing about the provider that the Proxies do not:
-	@# make test's e2e leaves it out (SKIP_BASELINE=0 keeps it); make e2e alone and make
-	@# bench-latency still boot it for the comparison.
+
+# The plain-virsh baseline boot proves nothing about the provider that the Proxies do not:
+# make test's e2e leaves it out (SKIP_BASELINE=0 keeps it); make e2e alone and make
+# bench-latency still boot it for the comparison.
+test-lan-e2e: deps lan-up ## The LAN's network checks, then make e2e without the baseline boot.
+	CI="$${CI:-}" flock -o $(LAN_LOCK) cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./test/lan/
 	SKIP_BASELINE="$${SKIP_BASELINE:-1}" $(MAKE) --no-print-directory e2e
+
+# What the test bed's Go suite needs: envtest's two servers, and the Crossplane CLI with
+# function-auto-ready for test/crossplane.
+envtest-bins:
+	cluster/controlplane/build.sh "$(KUBEBUILDER_ASSETS)" kube-apiserver etcd
+test-tools:
+	BIN_DIR="$(CACHE_DIR)/bin" cluster/crossplane/build.sh crossplane function-auto-ready
 
 # End to end on the single-node Kubernetes of cluster/node (cluster/e2e, docs/e2e.md): the
 # Crossplane core and the packages of make xpkg as pods, on the LAN test bed (netns node, libvirt
@@ -168,15 +206,15 @@ E2E_DEPS := deps controlplane node-build tools xpkg image lan-up
 
 .PHONY: e2e
 e2e: $(E2E_DEPS) ## Proxies end to end on two hosts across a LAN, Crossplane and the packages as pods on a single-node Kubernetes in netns node: every example of examples/proxy booted at once, squid 204 through each guest's LAN address, deletion, timeline vs plain virsh on the bridge (~12 min).
-	cluster/e2e/run.sh e2e
+	flock -o $(LAN_LOCK) cluster/e2e/run.sh e2e
 
 .PHONY: bench-latency
 bench-latency: $(E2E_DEPS) ## What the provider adds to a Proxy's boot, at its default flags: setup, readiness and deletion latency, boot vs plain virsh on the same bridge (BENCH_RUNS=3 runs, ~20 min).
-	cluster/e2e/run.sh bench
+	flock -o $(LAN_LOCK) cluster/e2e/run.sh bench
 
 .PHONY: demo
 demo: $(E2E_DEPS) ## Bring up the node, Crossplane, the provider and one running Proxy, print how to use it (first run builds ~25 min).
-	cluster/e2e/demo.sh up
+	flock -o $(LAN_LOCK) cluster/e2e/demo.sh up
 
 .PHONY: demo-down
 demo-down: ## Stop make demo: delete its Proxy through Kubernetes, stop the servers and the node, check the hosts are clean.

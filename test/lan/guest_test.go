@@ -111,7 +111,7 @@ func lease(path, mac string) string {
 // host), its NIC on host-a's bridge br0. The guest gets its address from the LAN's dnsmasq and
 // its squid answers 204 to node, proxying to a 204 origin on node's LAN address: the origin
 // sees the guest's LAN address, so the request went node -> guest -> node over the LAN.
-// Run it under flock /tmp/testbed.lock (make test-lan does): a TCG boot takes 1-3 minutes.
+// Run it under flock /tmp/lan.lock (make test-lan does): a TCG boot takes 1-3 minutes.
 func TestGuestOnHostBridge(t *testing.T) {
 	b := requireLAN(t)
 	h := b.hosts[0]
