@@ -151,7 +151,8 @@ const LabelGeneration = "proxy.kvm.crossplane.io/generation"
 // observedGenerations finds the generations among the observed composed resources: the
 // legacy one and every domain-<id>/seed-<id>/base-image-<id>. A legacy generation whose
 // definition cannot be read back (its KVMDomain shows no forProvider) is taken to be want,
-// the desired one: it is never replaced on a guess.
+// the desired one: it is never replaced on a guess. (The SeedVolume of a generation that
+// is not observed yet reads as unknown, but such a generation is new, never legacy.)
 func observedGenerations(observed map[resource.Name]resource.ObservedComposed, composesImage bool, want Def, wantID string) map[string]*generation {
 	gens := map[string]*generation{}
 	for name := range observed {
@@ -189,7 +190,8 @@ func observedGenerations(observed map[resource.Name]resource.ObservedComposed, c
 }
 
 // readDef reads a generation's definition back from its observed KVMDomain, SeedVolume and
-// BaseImage. ok is false when the KVMDomain shows no forProvider (nothing to compare).
+// BaseImage. ok is false when they do not show all the function always writes (the vCPUs,
+// memory, probe port and seed content): then there is nothing to compare.
 func readDef(observed map[resource.Name]resource.ObservedComposed, k genKeys) (Def, bool) {
 	var d Def
 	dom, ok := observed[k.Domain]
@@ -219,8 +221,13 @@ func readDef(observed map[resource.Name]resource.ObservedComposed, k genKeys) (D
 		port, _ := u.GetInteger("spec.forProvider.readinessProbe.tcp.port")
 		d.Port = int32(port)
 	}
-	if seed, ok := observed[k.Seed]; ok {
-		d.UserData, _ = seed.Resource.GetString("spec.forProvider.userData")
+	seed, ok := observed[k.Seed]
+	if !ok {
+		return d, false
+	}
+	var err error
+	if d.UserData, err = seed.Resource.GetString("spec.forProvider.userData"); err != nil || d.VCPU == 0 || d.MemoryMiB == 0 || d.Port == 0 {
+		return d, false // not all of what the function always writes: nothing to compare
 	}
 	return d, true
 }
