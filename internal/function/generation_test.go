@@ -128,6 +128,9 @@ func TestPlanRollout(t *testing.T) {
 		"NotRetried": {reason: "A failed generation is not composed again while the spec asks for it.",
 			want: &generation{id: "new", def: Def{UserData: "b"}}, serving: old, seen: onOld, failed: &failure{ID: "new", Message: "m"},
 			expect: summary{Compose: "old", Endpoints: "old", Secret: "old", Failed: "new"}},
+		"NeverServed": {reason: "A serving generation that never had an address serves nobody: replaced at once.",
+			want: booting, serving: &generation{id: "old", exists: true, def: Def{Port: 3128, UserData: "a"}, phase: PhaseError, message: "no room"},
+			expect: summary{Compose: "new", Endpoints: "new", Secret: "new"}},
 		"AnotherEditStartsOver": {reason: "A failure of another generation does not hold a new edit.",
 			want: booting, serving: old, seen: onOld, failed: &failure{ID: "older", Message: "m"},
 			expect: summary{Compose: "old,new", Endpoints: "old", Secret: "old"}},
@@ -449,3 +452,44 @@ status:
 		t.Errorf("Service ports during the cut-over (-want +got):\n%s", d)
 	}
 }
+
+// TestRolloutBoundFromPolicy: the bound is the ProxyPolicy's replacement.readyWithin.
+func TestRolloutBoundFromPolicy(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	first := desired(runAt(t, newRequest(t, minimalXR, nil), now))
+	first[ResourceSecret] = secretObj(t, "team-a", "web-proxy", "http://web-proxy.team-a.svc:3128", "web-proxy.team-a.svc", "192.168.122.50", "3128")
+	edited := strings.Replace(minimalXR, "spec:\n", "spec:\n  memoryMiB: 1024\n", 1)
+	obs := map[string]string{ResourceDomain: domainReadyAt50, ResourceSeed: inputReady}
+	got := desired(runAt(t, newRequest(t, edited, asObserved(t, first, obs)), now))
+	var newID string
+	for k := range got {
+		if id, ok := strings.CutPrefix(k, ResourceDomain+"-"); ok {
+			newID = id
+		}
+	}
+	obs[ResourceDomain+"-"+newID] = `
+metadata: {creationTimestamp: "2026-01-01T11:58:00Z"}
+status:
+  atProvider: {state: Running}
+  conditions: [{type: Synced, status: "True"}, {type: Ready, status: "False", message: "running; waiting for the guest's IPv4 address"}]
+`
+	cases := map[string]struct {
+		reason string
+		policy string
+		failed bool
+	}{
+		"Default":   {reason: "Two minutes are within the default 15m.", policy: testPolicy},
+		"OneMinute": {reason: "Two minutes are past a policy's 1m.", policy: testPolicy + "replacement: {readyWithin: 1m}\n", failed: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := newRequest(t, edited, asObserved(t, got, obs))
+			req.Input = st(t, tc.policy)
+			d := desired(runAt(t, req, now))
+			if _, composed := d[ResourceDomain+"-"+newID]; composed == tc.failed {
+				t.Errorf("%s\nnew generation composed = %v, want %v", tc.reason, composed, !tc.failed)
+			}
+		})
+	}
+}
+

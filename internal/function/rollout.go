@@ -53,6 +53,11 @@ func planRollout(want, serving *generation, failed *failure, seen cutOver, now t
 	if serving == nil || serving.id == want.id {
 		return single(want)
 	}
+	if !serving.ready && serving.ip == "" && seen.secretIP == "" {
+		// The serving generation never had an address, so it serves nobody (a Proxy that never
+		// came up, edited to fix it): replaced at once, without holding room beside the new one.
+		return single(want)
+	}
 	changed := ChangedFields(serving.def, want.def)
 	if failed != nil && failed.ID == want.id {
 		p := single(serving)
