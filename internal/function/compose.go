@@ -40,15 +40,6 @@ type rollIn struct {
 	desired  map[resource.Name]*resource.DesiredComposed
 }
 
-// statusGen is one generation as status.generations shows it.
-type statusGen struct {
-	ID      string `json:"id"`
-	Host    string `json:"host"`
-	IP      string `json:"ip,omitempty"`
-	Ready   bool   `json:"ready"`
-	Serving bool   `json:"serving"`
-}
-
 // composeGenerations composes the generations the rollout keeps, the Service, EndpointSlice
 // and Secret of the one that serves, and writes the XR's status.
 func (f *Function) composeGenerations(in rollIn, rsp *fnv1.RunFunctionResponse) error { //nolint:gocyclo // one pass: plan, build every object, then write; each step only returns its error

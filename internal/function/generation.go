@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,7 +61,7 @@ func (d Def) Proxy() Proxy {
 		p.DiskSizeGiB = &disk
 	}
 	if url, st, ok := strings.Cut(d.Probe, " "); ok {
-		code, _ := strconv.Atoi(st)
+		code, _ := strconv.ParseInt(st, 10, 32)
 		p.ProbeURL, p.ProbeStatus = url, int32(code)
 	}
 	return p
@@ -70,7 +71,10 @@ func probeOf(url string, status int32) string { return url + " " + strconv.Itoa(
 
 // GenerationID is the short id of a definition: equal definitions have equal ids.
 func GenerationID(d Def) string {
-	b, _ := json.Marshal(d) // a struct of strings and integers always encodes
+	b, err := json.Marshal(d)
+	if err != nil { // a struct of strings and integers always encodes
+		b = []byte(fmt.Sprintf("%#v", d))
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:genIDLen]
 }

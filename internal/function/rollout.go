@@ -48,7 +48,7 @@ type plan struct {
 // switches to it, once the EndpointSlice is observed on it the Secret does, and once the
 // Secret is observed on it the old generation drops out. A new generation not Ready within
 // bound of its KVMDomain's creation is dropped and remembered as failed.
-func planRollout(want, serving *generation, failed *failure, seen cutOver, now time.Time, bound time.Duration) plan {
+func planRollout(want, serving *generation, failed *failure, seen cutOver, now time.Time, bound time.Duration) plan { //nolint:gocyclo // one ordered list of the roll-out's stages
 	single := func(g *generation) plan { return plan{compose: []*generation{g}, endpoints: g, secret: g} }
 	if serving == nil || serving.id == want.id {
 		return single(want)
