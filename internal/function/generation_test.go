@@ -492,3 +492,62 @@ status:
 		})
 	}
 }
+
+// TestRolloutOwnImage: a Proxy that caches its own image keeps sharing it with a new
+// generation that changes something else, and composes a new BaseImage for a new image.
+func TestRolloutOwnImage(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	first := desired(runAt(t, newRequest(t, fullXR, nil), now))
+	first[ResourceSecret] = secretObj(t, "team-b", "egress-proxy", "http://egress-proxy.team-b.svc:8080", "egress-proxy.team-b.svc", "192.168.122.50", "8080")
+	obs := asObserved(t, first, map[string]string{ResourceDomain: domainReadyAt50, ResourceSeed: inputReady, ResourceBaseImage: inputReady})
+	cases := map[string]struct {
+		reason    string
+		edit      func(string) string
+		wantImage []string // the BaseImages composed: resource name/metadata.name
+	}{
+		"VCPU": {reason: "A vCPU change shares the image with the serving generation.",
+			edit:      func(xr string) string { return strings.Replace(xr, "vcpu: 2", "vcpu: 3", 1) },
+			wantImage: []string{"base-image/egress-image"}},
+		"Image": {reason: "A new image is a new BaseImage beside the serving one's.",
+			edit: func(xr string) string {
+				return strings.Replace(xr, "sha256: 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "sha256: "+strings.Repeat("ab", 32), 1)
+			},
+			wantImage: []string{"base-image/egress-image", "base-image-*/egress-image-*"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := desired(runAt(t, newRequest(t, tc.edit(fullXR), obs), now))
+			if len(got) != len(first)+2+len(tc.wantImage) { // the new generation, the EndpointSlice, any new image
+				t.Fatalf("%s\nthe edit does not compose one new generation beside the serving one: %v", tc.reason, keysOf(got))
+			}
+			var images []string
+			for _, k := range keysOf(got) {
+				if !strings.HasPrefix(k, ResourceBaseImage) {
+					continue
+				}
+				n := got[k]["metadata"].(map[string]any)["name"].(string)
+				if id, ok := strings.CutPrefix(k, ResourceBaseImage+"-"); ok {
+					if n != "egress-image-"+id {
+						t.Errorf("BaseImage %s is named %s, want egress-image-%s", k, n, id)
+					}
+					k, n = ResourceBaseImage+"-*", "egress-image-*"
+				}
+				images = append(images, k+"/"+n)
+			}
+			if d := cmp.Diff(tc.wantImage, images); d != "" {
+				t.Errorf("%s\nBaseImages (-want +got):\n%s", tc.reason, d)
+			}
+			for k, o := range got {
+				if strings.HasPrefix(k, ResourceDomain+"-") {
+					ref := o["spec"].(map[string]any)["forProvider"].(map[string]any)["baseImageRef"].(map[string]any)["name"].(string)
+					if name == "VCPU" && ref != "egress-image" {
+						t.Errorf("new generation boots %s, want the shared egress-image", ref)
+					}
+					if name == "Image" && ref == "egress-image" {
+						t.Errorf("new generation boots the old image")
+					}
+				}
+			}
+		})
+	}
+}
