@@ -182,7 +182,7 @@ func checkSpecFields(t *testing.T, s map[string]any) {
 	for k := range status {
 		sf = append(sf, k)
 	}
-	if d := cmp.Diff([]string{"host", "ip", "message", "phase", "secretName", "url"}, sorted(sf)); d != "" {
+	if d := cmp.Diff([]string{"failedGeneration", "generation", "generations", "host", "ip", "message", "phase", "secretName", "url"}, sorted(sf)); d != "" {
 		t.Errorf("status fields (-want +got):\n%s", d)
 	}
 }

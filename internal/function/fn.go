@@ -34,11 +34,11 @@ import (
 	"context"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"google.golang.org/protobuf/proto"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/crossplane/function-sdk-go/logging"
@@ -65,11 +65,24 @@ type Function struct {
 	fnv1.UnimplementedFunctionRunnerServiceServer
 
 	log logging.Logger
+	now func() time.Time
+}
+
+// An Option configures the function.
+type Option func(*Function)
+
+// WithClock sets the clock the function reads the time from (tests), instead of the system's.
+func WithClock(now func() time.Time) Option {
+	return func(f *Function) { f.now = now }
 }
 
 // New returns the function.
-func New(log logging.Logger) *Function {
-	return &Function{log: log}
+func New(log logging.Logger, opts ...Option) *Function {
+	f := &Function{log: log, now: time.Now}
+	for _, o := range opts {
+		o(f)
+	}
+	return f
 }
 
 // RunFunction composes a proxy.
@@ -153,63 +166,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return err
 	}
-	st := observe(observed, p.BaseImageName == "")
-	objs := map[string]runtime.Object{
-		ResourceSeed:    SeedVolume(p, n, ns, userData),
-		ResourceDomain:  KVMDomain(p, n, ns),
-		ResourceService: Service(n, ns, p.Port),
-	}
-	if p.BaseImageName == "" {
-		objs[ResourceBaseImage] = BaseImage(p, n, ns)
-	}
-	if st.ip != "" {
-		objs[ResourceEndpoints] = EndpointSlice(n, ns, st.ip, p.Port, st.phase == PhaseReady)
-	}
-	// Build everything before touching the response, so a failure composes nothing.
-	add := map[resource.Name]*resource.DesiredComposed{}
-	for name, o := range objs {
-		u, err := toComposed(o)
-		if err != nil {
-			return err
-		}
-		add[resource.Name(name)] = &resource.DesiredComposed{Resource: u}
-	}
-
-	var data map[string][]byte
-	if st.ip != "" {
-		data = Endpoint{Service: n.Service, Namespace: ns, IP: st.ip, Port: p.Port}.Data()
-		add[ResourceSecret] = &resource.DesiredComposed{Resource: Secret(n, ns, data)}
-	}
-	// A Secret, Service or EndpointSlice is ready once it exists. Say so rather than rely on
-	// the readiness step knowing them: function-auto-ready waits for a Ready condition,
-	// which they never get.
-	for _, name := range []resource.Name{ResourceSecret, ResourceService, ResourceEndpoints} {
-		if _, exists := observed[name]; exists && add[name] != nil {
-			add[name].Ready = resource.ReadyTrue
-		}
-	}
-	for name, d := range add {
-		desired[name] = d
-	}
-	if err := response.SetDesiredComposedResources(rsp, desired); err != nil {
-		return errors.Wrap(err, "cannot set the desired composed resources")
-	}
-
-	status := map[string]any{"phase": st.phase, "message": st.message, "secretName": n.Secret, "host": p.Host}
-	if data != nil {
-		status["ip"] = st.ip
-		status["url"] = string(data[SecretKeyURL])
-		for k, v := range data {
-			dxr.ConnectionDetails[k] = v
-		}
-	}
-	for k, v := range status {
-		if err := dxr.Resource.SetValue("status."+k, v); err != nil {
-			return errors.Wrapf(err, "cannot set status.%s", k)
-		}
-	}
-	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
-		return errors.Wrap(err, "cannot set the desired composite resource")
+	if err := f.composeGenerations(rollIn{xr: xr, dxr: dxr, pol: pol, p: p, n: n, ns: ns, base: baseName(xr), userData: userData,
+		observed: observed, desired: desired}, rsp); err != nil {
+		return err
 	}
 	return nil
 }
@@ -270,12 +229,10 @@ func targetNamespace(xr *composite.Unstructured) (string, error) {
 	return ns, nil
 }
 
-// state is what the function learned from the observed composed resources.
+// state is a phase and why: the blocking resource's own message.
 type state struct {
-	phase string
-	// message says why the Proxy is not Ready: the blocking resource's own message.
+	phase   string
 	message string
-	ip      string // the guest's address; "" while none was ever known
 }
 
 type condition struct {
@@ -303,9 +260,9 @@ func cond(conds []condition, typ string) condition {
 
 // inputMessage is the Ready message of the input a KVMDomain waits for ("SeedVolume web-seed"),
 // when that input is one of this Proxy's composed resources and says something.
-func inputMessage(observed map[resource.Name]resource.ObservedComposed, waiting string) string {
+func inputMessage(observed map[resource.Name]resource.ObservedComposed, waiting string, k genKeys) string {
 	kind, _, _ := strings.Cut(waiting, " ")
-	name := map[string]resource.Name{"SeedVolume": ResourceSeed, "BaseImage": ResourceBaseImage}[kind]
+	name := map[string]resource.Name{"SeedVolume": k.Seed, "BaseImage": k.BaseImage}[kind]
 	o, ok := observed[name]
 	if name == "" || !ok {
 		return ""
@@ -318,30 +275,8 @@ func inputMessage(observed map[resource.Name]resource.ObservedComposed, waiting 
 	return ""
 }
 
-// observe derives the Proxy's phase from what was composed. composesImage says whether the
-// Proxy composes its own BaseImage (else it names one of its namespace's).
-func observe(observed map[resource.Name]resource.ObservedComposed, composesImage bool) state {
-	st := state{phase: PhaseCreating}
-	if s, ok := observed[ResourceSecret]; ok {
-		// The last address known, kept while the domain reports none (it restarts, say).
-		st.ip = observedSecretIP(s.Resource)
-	}
-	d, ok := observed[ResourceDomain]
-	if !ok {
-		return st
-	}
-	ip, _ := d.Resource.GetString("status.atProvider.ipv4")
-	if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
-		st.ip = a.String()
-	} else {
-		ip = ""
-	}
-	st.phase, st.message = domainPhase(observed, d, ip != "", composesImage)
-	return st
-}
-
 // domainPhase is the phase (and its message) the observed KVMDomain d puts the Proxy in.
-func domainPhase(observed map[resource.Name]resource.ObservedComposed, d resource.ObservedComposed, hasIP, composesImage bool) (phase, message string) {
+func domainPhase(observed map[resource.Name]resource.ObservedComposed, d resource.ObservedComposed, hasIP, composesImage bool, k genKeys) (phase, message string) {
 	st := state{}
 	conds := conditionsOf(d)
 	ready, synced := cond(conds, "Ready"), cond(conds, "Synced")
@@ -353,15 +288,15 @@ func domainPhase(observed map[resource.Name]resource.ObservedComposed, d resourc
 	case waiting != "":
 		// The domain waits for its SeedVolume or BaseImage to become Ready: still creating.
 		st.phase, st.message = PhaseCreating, "waiting for "+waiting+" to be Ready"
-		if m := inputMessage(observed, waiting); m != "" {
+		if m := inputMessage(observed, waiting, k); m != "" {
 			st.message += ": " + m
 		}
-	case synced.Status == "False" && vmState == "" && unborn(observed, composesImage) != "":
+	case synced.Status == "False" && vmState == "" && unborn(observed, composesImage, k) != "":
 		// The KVMDomain was composed together with its seed (and image) and cannot resolve
 		// them until they exist and are Ready: still creating, not an error.
-		pending := unborn(observed, composesImage)
+		pending := unborn(observed, composesImage, k)
 		st.phase, st.message = PhaseCreating, "waiting for "+pending
-		if m := inputMessage(observed, strings.TrimPrefix(pending, "its ")); m != "" {
+		if m := inputMessage(observed, strings.TrimPrefix(pending, "its "), k); m != "" {
 			st.message += ": " + m
 		}
 	case synced.Status == "False":
@@ -382,12 +317,12 @@ func domainPhase(observed map[resource.Name]resource.ObservedComposed, d resourc
 
 // unborn says which input this Proxy composes is not Ready yet: "its SeedVolume to be
 // created" while it is not observed, "SeedVolume web-seed to be Ready" after; "" when all are.
-func unborn(observed map[resource.Name]resource.ObservedComposed, composesImage bool) string {
-	inputs := []resource.Name{ResourceSeed}
+func unborn(observed map[resource.Name]resource.ObservedComposed, composesImage bool, k genKeys) string {
+	inputs := []resource.Name{k.Seed}
 	if composesImage {
-		inputs = append(inputs, ResourceBaseImage)
+		inputs = append(inputs, k.BaseImage)
 	}
-	kinds := map[resource.Name]string{ResourceSeed: "SeedVolume", ResourceBaseImage: "BaseImage"}
+	kinds := map[resource.Name]string{k.Seed: "SeedVolume", k.BaseImage: "BaseImage"}
 	for _, in := range inputs {
 		o, ok := observed[in]
 		if !ok {
@@ -396,6 +331,14 @@ func unborn(observed map[resource.Name]resource.ObservedComposed, composesImage 
 		if cond(conditionsOf(o), "Ready").Status != "True" {
 			return kinds[in] + " " + o.Resource.GetName() + " to be Ready"
 		}
+	}
+	return ""
+}
+
+// ipv4 is s when it is an IPv4 address, else "".
+func ipv4(s string) string {
+	if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+		return a.String()
 	}
 	return ""
 }

@@ -109,8 +109,17 @@ func mustNoFatal(t *testing.T, rsp *fnv1.RunFunctionResponse) {
 	}
 }
 
-// xrStatus is the status the function wrote to the desired XR.
+// xrStatus is the status the function wrote to the desired XR, without the generations
+// (generation_test.go tests those).
 func xrStatus(rsp *fnv1.RunFunctionResponse) map[string]any {
+	s := xrStatusAll(rsp)
+	delete(s, "generation")
+	delete(s, "generations")
+	return s
+}
+
+// xrStatusAll is the whole status the function wrote to the desired XR.
+func xrStatusAll(rsp *fnv1.RunFunctionResponse) map[string]any {
 	s, _ := rsp.GetDesired().GetComposite().GetResource().AsMap()["status"].(map[string]any)
 	return s
 }

@@ -191,7 +191,18 @@ func baseImageHost(imgs []resource.Required, ns string) string {
 // live, whatever status says (it is lost when the Proxy is restored from a backup without
 // status, say).
 func composedHost(observed map[resource.Name]resource.ObservedComposed) string {
-	for _, n := range []resource.Name{ResourceDomain, ResourceSeed, ResourceBaseImage} {
+	names := []resource.Name{ResourceDomain, ResourceSeed, ResourceBaseImage}
+	keys := make([]string, 0, len(observed))
+	for k := range observed {
+		if strings.HasPrefix(string(k), ResourceDomain+"-") || strings.HasPrefix(string(k), ResourceSeed+"-") {
+			keys = append(keys, string(k))
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		names = append(names, resource.Name(k))
+	}
+	for _, n := range names {
 		if o, ok := observed[n]; ok {
 			if h, _ := o.Resource.GetString("spec.providerConfigRef.name"); h != "" {
 				return h

@@ -117,13 +117,13 @@ func BaseImage(p Proxy, n Names, ns string) *v1alpha1.BaseImage {
 }
 
 // SeedVolume is the cloud-init seed of a proxy: the host name and the squid user-data.
-func SeedVolume(p Proxy, n Names, ns, userData string) *v1alpha1.SeedVolume {
+func SeedVolume(p Proxy, n Names, ns, hostname, userData string) *v1alpha1.SeedVolume {
 	sv := &v1alpha1.SeedVolume{}
 	sv.SetGroupVersionKind(v1alpha1.SeedVolumeGroupVersionKind)
 	sv.SetName(n.Seed)
 	sv.SetNamespace(ns)
 	sv.Spec.ProviderConfigReference = providerConfigRef(p)
-	sv.Spec.ForProvider.Hostname = n.Domain
+	sv.Spec.ForProvider.Hostname = hostname
 	sv.Spec.ForProvider.UserData = ptr.To(userData)
 	return sv
 }
@@ -183,23 +183,45 @@ func (e Endpoint) Data() map[string][]byte {
 	}
 }
 
+// servicePrevPortName names the port a Service keeps, while a new generation listens on
+// another port, for the clients that still use the old one (prevPort).
+const servicePrevPortName = "http-proxy-prev"
+
 // Service is the proxy's selectorless Service: cluster DNS and a cluster IP in front of the
-// guest, whose address the EndpointSlice gives.
-func Service(n Names, ns string, port int32) *corev1.Service {
+// guest, whose address the EndpointSlice gives. prevPort, when not 0, is a second port of the
+// Service that reaches the same guests' port: while a replacement changes the port, clients
+// of the old one keep working until the old generation is gone.
+func Service(n Names, ns string, port, prevPort int32) *corev1.Service {
+	ports := []corev1.ServicePort{{Name: servicePortName, Protocol: corev1.ProtocolTCP, Port: port,
+		TargetPort: intstr.FromInt32(port)}}
+	if prevPort != 0 && prevPort != port {
+		ports = append(ports, corev1.ServicePort{Name: servicePrevPortName, Protocol: corev1.ProtocolTCP, Port: prevPort,
+			TargetPort: intstr.FromInt32(port)})
+	}
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{Name: n.Service, Namespace: ns},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeClusterIP,
-			Ports: []corev1.ServicePort{{Name: servicePortName, Protocol: corev1.ProtocolTCP, Port: port,
-				TargetPort: intstr.FromInt32(port)}},
-		},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: ports},
 	}
 }
 
-// EndpointSlice points the proxy's Service at the guest's address; ready is whether the guest
-// passes its readiness probe.
-func EndpointSlice(n Names, ns, ip string, port int32, ready bool) *discoveryv1.EndpointSlice {
+// Backend is one guest behind the proxy's Service.
+type Backend struct {
+	IP    string
+	Ready bool // the guest passes its readiness probe
+}
+
+// EndpointSlice points the proxy's Service at the guests' addresses, all listening on port;
+// prevPort as in Service.
+func EndpointSlice(n Names, ns string, backends []Backend, port, prevPort int32) *discoveryv1.EndpointSlice {
+	eps := make([]discoveryv1.Endpoint, 0, len(backends))
+	for _, b := range backends {
+		eps = append(eps, discoveryv1.Endpoint{Addresses: []string{b.IP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(b.Ready)}})
+	}
+	ports := []discoveryv1.EndpointPort{{Name: ptr.To(servicePortName), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}}
+	if prevPort != 0 && prevPort != port {
+		ports = append(ports, discoveryv1.EndpointPort{Name: ptr.To(servicePrevPortName), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)})
+	}
 	return &discoveryv1.EndpointSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
 		ObjectMeta: metav1.ObjectMeta{Name: n.Service, Namespace: ns, Labels: map[string]string{
@@ -207,9 +229,8 @@ func EndpointSlice(n Names, ns, ip string, port int32, ready bool) *discoveryv1.
 			discoveryv1.LabelManagedBy:   ManagedBy,
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ip},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(servicePortName), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}},
+		Endpoints:   eps,
+		Ports:       ports,
 	}
 }
 

@@ -150,6 +150,73 @@ func TestRender(t *testing.T) {
 				}
 			},
 		},
+		// A roll-out of an edit (allowedCIDRs), from observed states internal/function's
+		// TestRolloutFixtures writes: the generation 6dd82479 replaces the first one (egress).
+		{
+			name: "proxy-legacy-kept", xr: proxyMinimal, composition: compositionV2, xrd: xrdV2,
+			observed: testdata + "/observed-legacy-ready.yaml",
+			check: func(t *testing.T, out rendered) {
+				// A Proxy composed before generations (names without an id), unchanged: kept.
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy", "EndpointSlice/endpoints/egress-proxy", "Secret/secret/egress-proxy")
+				out.wantReady(t, "True", "Available")
+				out.wantCondition(t, "UpToDate", "True", "Current", "generation "+legacyGen+" is the spec's")
+			},
+		},
+		{
+			name: "rollout-booting", xr: testdata + "/proxy-edited.yaml", composition: compositionV2, xrd: xrdV2,
+			observed: testdata + "/observed-rollout-booting.yaml",
+			check: func(t *testing.T, out rendered) {
+				out.wantComposed(t, append(rolloutBoth, "EndpointSlice/endpoints/egress-proxy", "Secret/secret/egress-proxy")...)
+				out.wantReady(t, "True", "Available") // the old generation serves
+				out.wantServing(t, "Updating", "192.168.122.57", legacyGen)
+				out.wantEndpoints(t, "192.168.122.57")
+				out.wantSecretIP(t, "192.168.122.57")
+				out.wantCondition(t, "UpToDate", "False", "Replacing", "spec changed (squid configuration (allowedCIDRs, allowedDomains, squidDirectives, sshAuthorizedKeys or the platform's rules)): generation "+newGen+" replaces "+legacyGen+" once Ready")
+			},
+		},
+		{
+			name: "rollout-new-ready", xr: testdata + "/proxy-edited.yaml", composition: compositionV2, xrd: xrdV2,
+			observed: testdata + "/observed-rollout-ready.yaml",
+			check: func(t *testing.T, out rendered) {
+				out.wantComposed(t, append(rolloutBoth, "EndpointSlice/endpoints/egress-proxy", "Secret/secret/egress-proxy")...)
+				out.wantServing(t, "Updating", "192.168.122.57", legacyGen)
+				out.wantEndpoints(t, "192.168.122.58") // the EndpointSlice first
+				out.wantSecretIP(t, "192.168.122.57")
+			},
+		},
+		{
+			name: "rollout-endpoints-switched", xr: testdata + "/proxy-edited.yaml", composition: compositionV2, xrd: xrdV2,
+			observed: testdata + "/observed-rollout-endpoints.yaml",
+			check: func(t *testing.T, out rendered) {
+				out.wantComposed(t, append(rolloutBoth, "EndpointSlice/endpoints/egress-proxy", "Secret/secret/egress-proxy")...)
+				out.wantServing(t, "Updating", "192.168.122.58", legacyGen)
+				out.wantEndpoints(t, "192.168.122.58")
+				out.wantSecretIP(t, "192.168.122.58") // then the Secret
+			},
+		},
+		{
+			name: "rollout-old-gone", xr: testdata + "/proxy-edited.yaml", composition: compositionV2, xrd: xrdV2,
+			observed: testdata + "/observed-rollout-switched.yaml",
+			check: func(t *testing.T, out rendered) {
+				// The Secret is seen on the new generation: the old one drops out.
+				out.wantComposed(t, "SeedVolume/seed-"+newGen+"/egress-"+newGen+"-seed", "KVMDomain/domain-"+newGen+"/egress-"+newGen,
+					"Service/service/egress-proxy", "EndpointSlice/endpoints/egress-proxy", "Secret/secret/egress-proxy")
+				out.wantServing(t, "Ready", "192.168.122.58", newGen)
+				out.wantCondition(t, "UpToDate", "True", "Current", "generation "+newGen+" is the spec's")
+			},
+		},
+		{
+			name: "rollout-failing", xr: testdata + "/proxy-edited.yaml", composition: compositionV2, xrd: xrdV2,
+			observed: testdata + "/observed-rollout-failing.yaml",
+			check: func(t *testing.T, out rendered) {
+				// Not Ready 15 minutes after its KVMDomain was created: dropped, the old one serves.
+				out.wantComposed(t, "SeedVolume/seed/egress-seed", "KVMDomain/domain/egress", "Service/service/egress-proxy", "EndpointSlice/endpoints/egress-proxy", "Secret/secret/egress-proxy")
+				out.wantServing(t, "Ready", "192.168.122.57", legacyGen)
+				msg := "generation " + newGen + " (changed: squid configuration (allowedCIDRs, allowedDomains, squidDirectives, sshAuthorizedKeys or the platform's rules)) was not Ready within 15m0s: readiness probe failing: HTTP 403 through 192.168.122.58:3128; generation " + legacyGen + " keeps serving; change the spec to try again"
+				out.wantCondition(t, "UpToDate", "False", "ReplacementFailed", msg)
+				wantField(t, out.xr(t), "status.failedGeneration.id", newGen)
+			},
+		},
 		{
 			name: "proxy-no-host-fits", xr: testdata + "/proxy-too-big.yaml", composition: compositionV2, xrd: xrdV2,
 			// A platform that allows Proxies bigger than any host has room for.
@@ -361,6 +428,9 @@ func (r rendered) wantStatus(t *testing.T, want map[string]any) {
 	t.Helper()
 	st, _, _ := unstructured.NestedMap(r.xr(t).Object, "status")
 	delete(st, "conditions")
+	// The generations are in the golden files, and checked by the roll-out cases.
+	delete(st, "generation")
+	delete(st, "generations")
 	if d := cmp.Diff(want, st); d != "" {
 		t.Errorf("XR status (-want +got):\n%s", d)
 	}
@@ -397,6 +467,48 @@ func (r rendered) wantReady(t *testing.T, status, reason string) {
 }
 
 // composedKeys lists composed resources as Kind/composition-resource-name/name.
+// The generations of the roll-out fixtures (internal/function's TestRolloutFixtures).
+const (
+	legacyGen = "57f39bbe"
+	newGen    = "6dd82479"
+)
+
+// rolloutBoth are the two generations' resources while one replaces the other.
+var rolloutBoth = []string{"SeedVolume/seed/egress-seed", "KVMDomain/domain/egress",
+	"SeedVolume/seed-" + newGen + "/egress-" + newGen + "-seed", "KVMDomain/domain-" + newGen + "/egress-" + newGen, "Service/service/egress-proxy"}
+
+// wantServing checks the XR's phase, the address it says serves and status.generation.
+func (r rendered) wantServing(t *testing.T, phase, ip, gen string) {
+	t.Helper()
+	wantField(t, r.xr(t), "status.phase", phase)
+	wantField(t, r.xr(t), "status.ip", ip)
+	wantField(t, r.xr(t), "status.generation", gen)
+}
+
+// wantEndpoints checks the addresses of the composed EndpointSlice.
+func (r rendered) wantEndpoints(t *testing.T, ips ...string) {
+	t.Helper()
+	eps, _, _ := unstructured.NestedSlice(r.composed(t, "endpoints").Object, "endpoints")
+	var got []string
+	for _, e := range eps {
+		as, _, _ := unstructured.NestedStringSlice(e.(map[string]any), "addresses")
+		got = append(got, as...)
+	}
+	if d := cmp.Diff(ips, got); d != "" {
+		t.Errorf("EndpointSlice addresses (-want +got):\n%s", d)
+	}
+}
+
+// wantSecretIP checks the ip key of the composed Secret.
+func (r rendered) wantSecretIP(t *testing.T, ip string) {
+	t.Helper()
+	v, _, _ := unstructured.NestedString(r.composed(t, "secret").Object, "data", "ip")
+	b, _ := base64.StdEncoding.DecodeString(v)
+	if string(b) != ip {
+		t.Errorf("Secret ip = %q, want %q", b, ip)
+	}
+}
+
 func (r rendered) composedKeys() []string {
 	var keys []string
 	for _, o := range r.objects[1:] {

@@ -250,6 +250,13 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
+	step("rollout-egress-b", func(t *testing.T) {
+		logf("  edit a running Proxy (team-a/egress-b's allowedCIDRs): a new VM replaces it once Ready, no request fails")
+		if err := e.checkRollout(ctx, cases[1], objects[cases[1].name]); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	var baseVol string // team-a's shared base volume
 	step("delete-egress-a", func(t *testing.T) {
 		logf("4/5 delete Proxy team-a/egress-a")

@@ -24,6 +24,10 @@ type ProxyPolicy struct {
 	// +optional
 	Placement *Placement `json:"placement,omitempty"`
 
+	// Replacement says how a Proxy's VM is replaced when what defines it changes.
+	// +optional
+	Replacement *Replacement `json:"replacement,omitempty"`
+
 	// Rules are what every Proxy must keep (rules.go).
 	Rules `json:",inline"`
 }
