@@ -116,9 +116,12 @@ in_node "$BIN/crane" push --insecure "$NODE_DIR/images/pause.tar" "$PAUSE_IMAGE"
 # through the proxy HTTP_PROXY names, in a one-layer image made the same way.
 if [[ ! -s $NODE_DIR/images/httpget.tar || $HERE/httpget/main.go -nt $NODE_DIR/images/httpget.tar ]]; then
 	mkdir -p "$NODE_DIR/images"
-	{ [[ -x $NODE_DIR/images/mkimage ]] || (cd "$HERE/../xpkg/mkimage" && GOTOOLCHAIN=local go build -o "$NODE_DIR/images/mkimage" .); } &&
-		(cd "$HERE" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o "$NODE_DIR/images/httpget" ./httpget) ||
-		ndie "go build of cluster/xpkg/mkimage or cluster/node/httpget failed"
+	if [[ ! -x $NODE_DIR/images/mkimage ]]; then
+		(cd "$HERE/../xpkg/mkimage" && GOTOOLCHAIN=local go build -o "$NODE_DIR/images/mkimage" .) ||
+			ndie "go build of cluster/xpkg/mkimage failed"
+	fi
+	(cd "$HERE" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o "$NODE_DIR/images/httpget" ./httpget) ||
+		ndie "go build of cluster/node/httpget failed"
 	"$NODE_DIR/images/mkimage" -binary "$NODE_DIR/images/httpget" -path /httpget -tag "$HTTPGET_IMAGE" \
 		-o "$NODE_DIR/images/httpget.tar.tmp"
 	mv -f "$NODE_DIR/images/httpget.tar.tmp" "$NODE_DIR/images/httpget.tar"
