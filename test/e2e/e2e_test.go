@@ -46,8 +46,9 @@ const (
 	exSHA256   = "5f4dcc3b5aa765d61d8327deb882cf992b95990a8b1e4e6b0a1c8c2e0f0e0a51"
 	exGuestNet = "192.168.122.0/24"
 	exProbeURL = "http://192.168.122.1:8204/"
-	// exOwnDomains is own-image.yaml's allowedDomains: its probe's origin must be among them.
-	exOwnDomains = "allowedDomains: [.debian.org, 192.168.122.1]"
+	// exAllowedDomains is the allowedDomains of own-image.yaml's Proxy and shared-image.yaml's
+	// egress-b: its probe's origin must be among them.
+	exAllowedDomains = "allowedDomains: [.debian.org, 192.168.122.1]"
 )
 
 // proxyExamples are examples/proxy, every file of it: the RBAC a platform adds for
@@ -60,10 +61,11 @@ func proxyExamples(hostB string) []example {
 		{File: "examples/proxy/crossplane-rbac.yaml"},
 		{File: "examples/proxy/shared-image.yaml", Subst: [][2]string{
 			{exImageURL, "IMAGE_URL_A"}, {exSHA256, "IMAGE_SHA256"}, {exGuestNet, "GUEST_CIDR"}, {exProbeURL, "PROBE_URL"},
+			{exAllowedDomains, "ALLOWED_DOMAINS"},
 		}},
 		{File: "examples/proxy/own-image.yaml", Subst: [][2]string{
 			{exImageURL, "IMAGE_URL_C"}, {exSHA256, "IMAGE_SHA256"}, {exGuestNet, "GUEST_CIDR"}, {exProbeURL, "PROBE_URL"},
-			{"host: default", "host: " + hostB}, {exOwnDomains, "OWN_IMAGE_DOMAINS"},
+			{"host: default", "host: " + hostB}, {exAllowedDomains, "ALLOWED_DOMAINS"},
 		}},
 		{File: "examples/proxy/proxyclaim.yaml", Subst: [][2]string{{exProbeURL, "PROBE_URL"}}},
 	}
@@ -241,6 +243,17 @@ func TestE2E(t *testing.T) {
 			t.Fatalf("ProxyClaim team-c/egress: the connection Secret's url %q differs from egress-proxy's %q", conn["url"], own["url"])
 		}
 		logf("  team-c/egress (claim) -> XProxy %s: connection Secret team-c/egress-conn has the same url", xrs["egress"])
+	})
+
+	// The application pod's path: pods of team-a with HTTP_PROXY from the Proxies' Secrets,
+	// through the Services' cluster DNS names and cluster IPs to the guests' squid.
+	step("app-pods", func(t *testing.T) {
+		logf("  team-a's application pods (examples/app/proxy-client.yaml): HTTP_PROXY from the Proxy's Secret, its Service by cluster DNS")
+		for _, p := range teamAPods(e.probeURL) {
+			if err := e.runAppPod(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 
 	step("orphans", func(t *testing.T) {
