@@ -124,7 +124,8 @@ func (p proxyCase) object() *unstructured.Unstructured {
 // TestE2E is make e2e after the bring-up (docs/e2e.md, "What make e2e checks"): the
 // installation, the plain-virsh baseline (unless SKIP_BASELINE=1), then the files of
 // examples/proxy as users copy them: four guests booted at once, each Ready with its Secret,
-// Service and EndpointSlice and a 204 through it, on the host it asked for; their deletion
+// Service and EndpointSlice and a 204 through it, on the host it asked for; team-a's
+// application pods (examples/app) through the Services' cluster DNS names; their deletion
 // down to nothing on either host; the timeline. The steps are subtests that run in order;
 // each needs the ones before it (except baseline), and a failed one ends the test.
 func TestE2E(t *testing.T) {
