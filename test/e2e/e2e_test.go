@@ -42,8 +42,8 @@ type example struct {
 
 // The example files' own addresses, replaced by the test bed's.
 const (
-	exImageURL = "https://images.example.org/debian-12-squid-amd64.qcow2"
-	exSHA256   = "5f4dcc3b5aa765d61d8327deb882cf992b95990a8b1e4e6b0a1c8c2e0f0e0a51"
+	exImageURL = "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2"
+	exSHA256   = "0000000000000000000000000000000000000000000000000000000000000000"
 	exGuestNet = "192.168.122.0/24"
 	exProbeURL = "http://192.168.122.1:8204/"
 	// exAllowedDomains is the allowedDomains of own-image.yaml's Proxy and shared-image.yaml's
