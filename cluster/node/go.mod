@@ -1,6 +1,6 @@
 // The test bed's own programs for the single-node cluster (the cluster DNS, the pause image's
-// binary), a module of their own so that the provider's go.mod lists only what it ships and
-// tests.
+// binary, the application pod's httpget), a module of their own so that the provider's go.mod
+// lists only what it ships and tests.
 module github.com/provider-kvm/provider-kvm/cluster/node
 
 go 1.26

@@ -30,6 +30,7 @@ REGISTRY_PORT=${NODE_REGISTRY_PORT:-25000} # check.sh's own loopback registry (m
 REGISTRY=127.0.0.1:$REGISTRY_PORT  # containerd's name for it; it listens on every address of netns node
 POD_REGISTRY=$NODE_IP:$REGISTRY_PORT # the name pods reach it by
 PAUSE_IMAGE=$REGISTRY/node/pause:1
+HTTPGET_IMAGE=$REGISTRY/node/httpget:1 # the application pod of make e2e and make demo (test/e2e)
 # The kubelet's cgroups live under this parent in each cgroup v1 hierarchy (and cgroup2's).
 CGROUP_PARENT=provider-kvm-node
 

@@ -112,7 +112,23 @@ if ! alive registry; then
 fi
 in_node "$BIN/crane" push --insecure "$NODE_DIR/images/pause.tar" "$PAUSE_IMAGE" >>"$LOGS/push.log" 2>&1 ||
 	ndie "crane push $PAUSE_IMAGE failed (see $LOGS/push.log)"
-nlog "registry $REGISTRY has $PAUSE_IMAGE"
+# The application pod's image of make e2e and make demo (test/e2e): cluster/node/httpget, a GET
+# through the proxy HTTP_PROXY names, in a one-layer image made the same way.
+if [[ ! -s $NODE_DIR/images/httpget.tar || $HERE/httpget/main.go -nt $NODE_DIR/images/httpget.tar ]]; then
+	mkdir -p "$NODE_DIR/images"
+	if [[ ! -x $NODE_DIR/images/mkimage ]]; then
+		(cd "$HERE/../xpkg/mkimage" && GOTOOLCHAIN=local go build -o "$NODE_DIR/images/mkimage" .) ||
+			ndie "go build of cluster/xpkg/mkimage failed"
+	fi
+	(cd "$HERE" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o "$NODE_DIR/images/httpget" ./httpget) ||
+		ndie "go build of cluster/node/httpget failed"
+	"$NODE_DIR/images/mkimage" -binary "$NODE_DIR/images/httpget" -path /httpget -tag "$HTTPGET_IMAGE" \
+		-o "$NODE_DIR/images/httpget.tar.tmp"
+	mv -f "$NODE_DIR/images/httpget.tar.tmp" "$NODE_DIR/images/httpget.tar"
+fi
+in_node "$BIN/crane" push --insecure "$NODE_DIR/images/httpget.tar" "$HTTPGET_IMAGE" >>"$LOGS/push.log" 2>&1 ||
+	ndie "crane push $HTTPGET_IMAGE failed (see $LOGS/push.log)"
+nlog "registry $REGISTRY has $PAUSE_IMAGE and $HTTPGET_IMAGE"
 
 # ------------------------------------------------------------------ containerd
 put "$NODE_DIR/cni/net.d/10-node.conflist" <<-JSON

@@ -15,7 +15,10 @@
 #      beforehand by make image), VIRT (qemu|kvm, default qemu), VCPUS (2), MEM_MB (1024),
 #      DISK_GB (4), PORT (8204), TIMEOUT (300 s), KEEP=1 (on success leave the VM and volumes;
 #      the 204 server is always stopped), KEEP_LOGS=1 (keep the console and qemu logs under
-#      /var/log/libvirt/qemu; on failure the console tail is printed either way).
+#      /var/log/libvirt/qemu; on failure the console tail is printed either way), USER_DATA (a
+#      #cloud-config file used as the seed's user-data instead of the one below, e.g. what the
+#      composition function renders for a Proxy; its squid must admit the NAT subnet and reach
+#      the bridge's address on PORT).
 # libvirt is driven over the local unix socket (qemu:///system) from the root namespace; all
 # traffic to 192.168.122.x (curl, the 204 server) happens inside netns $TESTBED_NETNS.
 set -euo pipefail
@@ -121,6 +124,7 @@ write_files:
       # the guest has no resolver: without it squid waits on reverse DNS of its hostname
       visible_hostname testbed-squid
 EOF
+if [ -n "${USER_DATA:-}" ]; then cp "$USER_DATA" "$W/user-data"; fi
 cat > "$W/vendor-data" <<'EOF'
 #!/bin/sh
 # NoCloud vendor-data: runs once per instance in cloud-final, after user-data's write_files

@@ -127,6 +127,11 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err := applyRules(pol.Rules, &p, what); err != nil {
 		return err
 	}
+	att, err := resolveAttachment(pol.DefaultAttachment)
+	if err != nil {
+		return err
+	}
+	p.Network, p.Bridge = att.Network, att.Bridge
 	ns, err := targetNamespace(xr)
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)

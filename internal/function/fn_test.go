@@ -285,6 +285,7 @@ type parsedUserData struct {
 	} `json:"write_files"`
 	SSHAuthorizedKeys []string   `json:"ssh_authorized_keys"`
 	RunCmd            [][]string `json:"runcmd"`
+	BootCmd           [][]string `json:"bootcmd"`
 }
 
 func TestUserDataOfFullProxy(t *testing.T) {
@@ -304,7 +305,7 @@ func TestUserDataOfFullProxy(t *testing.T) {
 	for k := range top {
 		keys = append(keys, k)
 	}
-	if d := cmp.Diff([]string{"runcmd", "ssh_authorized_keys", "write_files"}, sorted(keys)); d != "" {
+	if d := cmp.Diff([]string{"bootcmd", "runcmd", "ssh_authorized_keys", "write_files"}, sorted(keys)); d != "" {
 		t.Errorf("top-level keys (-want +got):\n%s", d)
 	}
 
@@ -372,6 +373,7 @@ func TestUserDataOfFullProxy(t *testing.T) {
 		{"sed", "-i", "-e", `s/^http_port[[:space:]]/# provider-kvm: see conf.d\/proxy.conf: &/`, "/etc/squid/squid.conf"},
 		{"systemctl", "restart", "squid"},
 		{"systemctl", "enable", "--no-reload", "squid"},
+		{"systemctl", "start", "--no-block", "qemu-guest-agent"},
 	}
 	if d := cmp.Diff(wantCmd, cc.RunCmd); d != "" {
 		t.Errorf("runcmd (-want +got):\n%s", d)
@@ -1000,7 +1002,7 @@ func TestUserDataRoundTrip(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(ud), &top); err != nil {
 		t.Fatal(err)
 	}
-	if len(top) != 2 { // runcmd, write_files (no ssh keys)
+	if len(top) != 3 { // bootcmd, runcmd, write_files (no ssh keys)
 		t.Errorf("top-level keys: %v", top)
 	}
 }

@@ -35,13 +35,29 @@ const RequirementBaseImage = "base-image"
 const RequirementNamespace = "namespace"
 
 // needsNamespace is true when a host among got admits namespaces by a label selector.
-func needsNamespace(got []resource.Required) bool {
+func needsNamespace(got []resource.Required, attached bool) bool {
 	for _, r := range got {
 		if sel, ok, _ := unstructured.NestedMap(r.Resource.Object, "spec", "allowedNamespaces", "selector"); ok && sel != nil {
 			return true
 		}
+		if !attached {
+			continue
+		}
+		// With the platform's default attachment, a host's grants are read (hostgrants.For):
+		// an attachment grant that selects namespaces by label needs the labels too.
+		grants, _, _ := unstructured.NestedSlice(r.Resource.Object, "spec", "attachments")
+		for _, g := range grants {
+			if sel, ok, _ := unstructured.NestedMap(asMap(g), "namespaces", "selector"); ok && sel != nil {
+				return true
+			}
+		}
 	}
 	return false
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
 }
 
 // The Placed condition of a Proxy, and its reasons.
@@ -127,7 +143,8 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 	// A host that does not admit the Proxy's namespace (spec.allowedNamespaces) would refuse
 	// everything composed there. A label selector needs the Namespace's labels: it is asked
 	// for only then.
-	if needsNamespace(got) {
+	attached := attachmentName(p.Network, p.Bridge)
+	if needsNamespace(got, attached != "") {
 		w.namespaceNeeded = true
 		nss, ok, err := request.GetRequiredResource(req, RequirementNamespace)
 		if err != nil {
@@ -151,8 +168,22 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.Resource.Object, &c); err != nil {
 			return w, errors.Wrap(err, "cannot read a ClusterProviderConfig Crossplane gave")
 		}
-		if err := hostgrants.Admit(v1alpha1.ClusterProviderConfigKind+"/"+c.GetName(), c.Spec.AllowedNamespaces, hostgrants.Namespace{Name: ns, Labels: nsLabels}); err != nil {
+		source, nsv := v1alpha1.ClusterProviderConfigKind+"/"+c.GetName(), hostgrants.Namespace{Name: ns, Labels: nsLabels}
+		if err := hostgrants.Admit(source, c.Spec.AllowedNamespaces, nsv); err != nil {
 			hosts[i].Excluded = "does not admit namespace " + ns + " (spec.allowedNamespaces)"
+			continue
+		}
+		if attached == "" {
+			continue
+		}
+		// The platform's default attachment: a host that does not grant it to the namespace
+		// would refuse the KVMDomain.
+		g, err := hostgrants.For(source, c.Spec, nsv, false)
+		if err == nil {
+			err = g.CheckAttachment(p.Network, p.Bridge)
+		}
+		if err != nil {
+			hosts[i].Excluded = "does not grant " + attached + " (the platform's defaultAttachment) to namespace " + ns + " (spec.defaults, spec.attachments)"
 		}
 	}
 	want := placement.Size{VCPUs: int64(p.VCPU), MemoryBytes: int64(p.MemoryMiB) << 20}

@@ -22,6 +22,8 @@ type hostOpts struct {
 	labels            map[string]string
 	memoryRatio       string         // spec.allocation.memory; "": unset
 	allowed           map[string]any // spec.allowedNamespaces; nil: unset
+	defaults          map[string]any // spec.defaults; nil: unset
+	attachments       []any          // spec.attachments; nil: unset
 }
 
 func hostCPC(t *testing.T, name string, o hostOpts) map[string]any {
@@ -39,6 +41,12 @@ func hostCPC(t *testing.T, name string, o hostOpts) map[string]any {
 	spec := map[string]any{"unschedulable": o.cordoned}
 	if o.allowed != nil {
 		spec["allowedNamespaces"] = o.allowed
+	}
+	if o.defaults != nil {
+		spec["defaults"] = o.defaults
+	}
+	if o.attachments != nil {
+		spec["attachments"] = o.attachments
 	}
 	if o.memoryRatio != "" {
 		spec["allocation"] = map[string]any{"memory": o.memoryRatio}
@@ -253,6 +261,62 @@ spec:
 				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host b: 23552 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
 				requirement: map[string]string{}},
 		},
+		"DefaultAttachmentGranted": {
+			reason: "With the platform's defaultAttachment, a host that does not grant it (its default is libvirt's network) is skipped however much room it has; one whose defaults name it, or whose attachments grant it, is used.",
+			xr:     placedXR,
+			input:  "apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1\nkind: ProxyPolicy\ndefaultAttachment: {bridge: br0}\n",
+			hosts: []map[string]any{
+				hostCPC(t, "a", hostOpts{memGiB: 64}),
+				hostCPC(t, "b", hostOpts{memGiB: 32, attachments: []any{map[string]any{"bridges": []any{map[string]any{"name": "br0"}}}}}),
+				hostCPC(t, "c", hostOpts{defaults: map[string]any{"bridge": "br0"}}),
+			},
+			want: want{host: "b", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "b"},
+				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host b: 48128 MiB of memory and 127 vCPUs left there once placed (of 3 hosts considered)",
+				requirement: map[string]string{}},
+		},
+		"DefaultAttachmentNotGranted": {
+			reason: "When no host grants the platform's defaultAttachment to the namespace, nothing is composed and each host says so.",
+			xr:     placedXR,
+			input:  "apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1\nkind: ProxyPolicy\ndefaultAttachment: {network: egress}\n",
+			hosts: []map[string]any{
+				hostCPC(t, "a", hostOpts{}),
+				hostCPC(t, "b", hostOpts{attachments: []any{map[string]any{"namespaces": map[string]any{"names": []any{"team-b"}}, "networks": []any{"egress"}}}}),
+			},
+			want: want{
+				status: map[string]any{"phase": PhasePending, "message": "no host fits: a: does not grant network egress (the platform's defaultAttachment) to namespace team-a (spec.defaults, spec.attachments); " +
+					"b: does not grant network egress (the platform's defaultAttachment) to namespace team-a (spec.defaults, spec.attachments)"},
+				condition: "STATUS_CONDITION_FALSE/NoHostFits: no host fits: a: does not grant network egress (the platform's defaultAttachment) to namespace team-a (spec.defaults, spec.attachments); " +
+					"b: does not grant network egress (the platform's defaultAttachment) to namespace team-a (spec.defaults, spec.attachments)",
+				requirement: map[string]string{},
+			},
+		},
+		"DefaultAttachmentGrantedBySelectorAsksForNamespace": {
+			reason: "A host granting the defaultAttachment to namespaces by label makes the function ask for the Proxy's Namespace before placing.",
+			xr:     placedXR,
+			input:  "apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1\nkind: ProxyPolicy\ndefaultAttachment: {network: egress}\n",
+			hosts: []map[string]any{hostCPC(t, "a", hostOpts{attachments: []any{map[string]any{
+				"namespaces": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"tier": "gold"}}}, "networks": []any{"egress"}}}})},
+			want: want{
+				status:      map[string]any{"phase": PhasePending, "message": msgChoosing},
+				condition:   "STATUS_CONDITION_UNKNOWN/Choosing: choosing a host",
+				requirement: map[string]string{},
+			},
+		},
+		"DefaultAttachmentGrantedBySelector": {
+			reason: "With the Namespace's labels, a host granting the defaultAttachment to them is used.",
+			xr:     placedXR,
+			input:  "apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1\nkind: ProxyPolicy\ndefaultAttachment: {network: egress}\n",
+			hosts: []map[string]any{
+				hostCPC(t, "a", hostOpts{memGiB: 64, attachments: []any{map[string]any{
+					"namespaces": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"tier": "gold"}}}, "networks": []any{"egress"}}}}),
+				hostCPC(t, "b", hostOpts{attachments: []any{map[string]any{
+					"namespaces": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"tier": "silver"}}}, "networks": []any{"egress"}}}}),
+			},
+			nsLabels: map[string]any{"tier": "silver"},
+			want: want{host: "b", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "b"},
+				condition:   "STATUS_CONDITION_TRUE/Placed: placed on host b: 23552 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
+				requirement: map[string]string{}},
+		},
 		"ImageHostFull": {
 			reason:  "When the image's host has no room, no host fits, and each says why.",
 			xr:      placedXR,
@@ -387,7 +451,8 @@ spec:
 				if n := rsp.GetRequirements().GetResources()[RequirementNamespace]; n != nil && (n.GetKind() != "Namespace" || n.GetMatchName() != "team-a") {
 					t.Errorf("the Namespace is asked for as %v", n)
 				}
-				if strings.HasPrefix(name, "AdmittedBySelector") && rsp.GetRequirements().GetResources()[RequirementNamespace] == nil {
+				if (strings.HasPrefix(name, "AdmittedBySelector") || strings.HasPrefix(name, "DefaultAttachmentGrantedBySelector")) &&
+					rsp.GetRequirements().GetResources()[RequirementNamespace] == nil {
 					t.Errorf("%s\nthe Namespace is not asked for", tc.reason)
 				}
 				img := rsp.GetRequirements().GetResources()[RequirementBaseImage]

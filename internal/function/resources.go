@@ -141,6 +141,7 @@ func KVMDomain(p Proxy, n Names, ns string) *v1alpha1.KVMDomain {
 	fp.VCPU = p.VCPU
 	fp.MemoryMiB = p.MemoryMiB
 	fp.DiskSizeGiB = p.DiskSizeGiB
+	fp.Network, fp.Bridge = p.Network, p.Bridge
 	image := p.BaseImageName
 	if image == "" {
 		image = n.BaseImage

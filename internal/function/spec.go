@@ -104,6 +104,9 @@ type Proxy struct {
 	ProbeURL          string // empty: probe the port with TCP
 	ProbeStatus       int32
 	Destinations      Destinations // the platform's destination rules (Rules.Apply)
+	// Network and Bridge are the VM's attachment, the platform's default attachment (at most
+	// one is set); both empty: the host config's default.
+	Network, Bridge string
 }
 
 // Validate checks a ProxySpec and returns it defaulted. It reports every problem at once,

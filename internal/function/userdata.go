@@ -15,9 +15,36 @@ const SquidConfPath = "/etc/squid/conf.d/proxy.conf"
 // same port would fail to bind).
 const squidMainConf = "/etc/squid/squid.conf"
 
+// GuestPackages are the Debian packages a proxy's guest needs: squid, and the guest agent that
+// reports the guest's address on a bridge. An image without them gets them installed at first
+// boot (PackagesConfig).
+var GuestPackages = []string{"squid", "qemu-guest-agent"}
+
+// PackagesConfig is the cloud-init configuration file that bootcmd writes when the image lacks
+// some of GuestPackages: it lists them as cloud-init's `packages`, which its
+// package-update-upgrade-install module (final stage) installs with apt. Each cloud-init stage
+// reads /etc/cloud/cloud.cfg.d afresh, so the file written in the init stage counts in the
+// final stage. When every package is there, no file is written and that module does nothing:
+// no apt-get update, no network, no time.
+const PackagesConfig = "/etc/cloud/cloud.cfg.d/90-provider-kvm-packages.cfg"
+
+// packagesCheck is bootcmd's shell script: it lists the missing GuestPackages in
+// PackagesConfig, or removes the file when none is missing (a later boot of an instance whose
+// packages were installed). cloud-init passes the packages after "sh -c SCRIPT sh".
+const packagesCheck = `missing=""
+for p in "$@"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing${missing:+, }$p"
+done
+if [ -n "$missing" ]; then
+  printf '# provider-kvm: packages the image lacks, installed by cloud-init at first boot\npackages: [%s]\n' "$missing" >` + PackagesConfig + `
+else
+  rm -f ` + PackagesConfig + `
+fi`
+
 // cloudConfig is the subset of cloud-init's #cloud-config that a proxy needs. It is encoded
 // with a YAML encoder, never by pasting strings, so no user-given value can add YAML keys.
 type cloudConfig struct {
+	BootCmd           [][]string  `json:"bootcmd"`
 	WriteFiles        []writeFile `json:"write_files"`
 	SSHAuthorizedKeys []string    `json:"ssh_authorized_keys,omitempty"`
 	RunCmd            [][]string  `json:"runcmd"`
@@ -30,9 +57,12 @@ type writeFile struct {
 	Content     string `json:"content"`
 }
 
-// UserData renders the #cloud-config user-data of a proxy: the squid configuration as a
-// file, the SSH keys, and commands that make squid listen on the proxy's port only and
-// (re)start it now and at every boot. The image must ship squid (Debian's package).
+// UserData renders the #cloud-config user-data of a proxy: a check of the image's packages
+// (bootcmd: squid and the guest agent are installed through cloud-init's packages module when
+// missing, nothing happens when present), the squid configuration as a file, the SSH keys, and
+// commands that make squid listen on the proxy's port only and (re)start it now and at every
+// boot. The image must be Debian's (apt, dpkg) with cloud-init; a stock genericcloud image
+// needs a reachable Debian mirror at first boot, an image with both packages nothing.
 func UserData(p Proxy, hostname string) (string, error) {
 	files := []writeFile{{
 		Path:        SquidConfPath,
@@ -44,6 +74,7 @@ func UserData(p Proxy, hostname string) (string, error) {
 		files = append(files, writeFile{Path: SquidErrorPagesDir + "/" + pg.Name, Owner: "root:root", Permissions: "0644", Content: pg.Content})
 	}
 	cc := cloudConfig{
+		BootCmd:           [][]string{append([]string{"sh", "-c", packagesCheck, "sh"}, GuestPackages...)},
 		WriteFiles:        files,
 		SSHAuthorizedKeys: p.SSHAuthorizedKeys,
 		RunCmd: [][]string{
@@ -54,6 +85,10 @@ func UserData(p Proxy, hostname string) (string, error) {
 			// so the proxy answers before it. No daemon reload is needed for that.
 			{"systemctl", "restart", "squid"},
 			{"systemctl", "enable", "--no-reload", "squid"},
+			// A guest agent installed at this boot: its unit starts with its virtio port's
+			// device, which appeared before the package; start it now. Already running: a
+			// no-op, and --no-block waits for nothing.
+			{"systemctl", "start", "--no-block", "qemu-guest-agent"},
 		},
 	}
 	y, err := yaml.Marshal(cc)

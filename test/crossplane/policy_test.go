@@ -239,6 +239,7 @@ apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1
 kind: ProxyPolicy
 metadata: {name: bad}
 limits: {maxVCPU: 0}
+defaultAttachment: {network: default, bridge: br0}
 destinations:
   mode: Audit
   deniedRanges: [private, public]
@@ -262,6 +263,7 @@ colour: blue
 			name: "a bad policy", resources: []string{bad},
 			want: []string{
 				"limits.maxVCPU in body should be greater than or equal to 1",
+				"set exactly one of network and bridge",
 				`destinations.mode: Unsupported value: "Audit"`,
 				`destinations.deniedRanges[1]: Unsupported value: "public"`,
 				"destinations.allowedRanges[0].name in body should match",

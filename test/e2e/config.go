@@ -24,6 +24,11 @@ import (
 // DefaultConfigFile is where cluster/e2e/lib.sh writes the run's configuration.
 const DefaultConfigFile = "/var/lib/provider-kvm-e2e/e2e.env"
 
+// DefaultClientImage is the application pod's image: cluster/node/httpget as cluster/node/up.sh
+// pushes it to the node's registry (lib.sh HTTPGET_IMAGE), which containerd pulls from on
+// loopback.
+const DefaultClientImage = "127.0.0.1:25000/node/httpget:1"
+
 // Mode is what a run does: the e2e, the latency bench or the demo.
 const (
 	ModeE2E   = "e2e"
@@ -39,6 +44,9 @@ type config struct {
 	Repo, Manifests, Out   string
 	Image                  string
 	NodeDir                string
+	// ClientImage is the application pod's image (cluster/node/httpget), which cluster/node/up.sh
+	// pushes to the node's registry.
+	ClientImage string
 
 	ImagePort, OriginPort int
 	Poll                  string
@@ -186,6 +194,7 @@ func configFrom(s settings, work string) (config, error) {
 		Out:           s.str("OUT", filepath.Join(repo, "_output", "e2e")),
 		Image:         s.str("IMAGE", ""),
 		NodeDir:       s.str("NODE_DIR", "/var/lib/provider-kvm-node"),
+		ClientImage:   s.str("CLIENT_IMAGE", DefaultClientImage),
 		Poll:          s.str("POLL", "1m (default)"),
 		SkipBaseline:  s["SKIP_BASELINE"] == "1",
 		KeepOnFailure: s["KEEP_ON_FAILURE"] == "1",

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,10 @@ func TestDemo(t *testing.T) {
 		if err := e.checkEndpoint(ctx, "demo/squid", "demo", "squid-proxy", p); err != nil {
 			t.Fatal(err)
 		}
+		// The pod the usage prints, run once: it must work as printed.
+		if err := e.runAppPod(ctx, demoPod(e.probeURL)); err != nil {
+			t.Fatal(err)
+		}
 		up := ""
 		if !e.cfg.BringUpStart.IsZero() {
 			up = " in " + secs(time.Since(e.cfg.BringUpStart)) + "s"
@@ -77,10 +82,14 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.usage(string(data["url"]), string(data["ip"])+":"+string(data["port"]))
+	pod, err := demoPod(e.probeURL).manifest(e.cfg.Repo, e.cfg.ClientImage, e.values())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.usage(string(data["url"]), string(data["ip"])+":"+string(data["port"]), pod)
 }
 
-func (e *env) usage(url, addr string) {
+func (e *env) usage(url, addr, pod string) {
 	fmt.Printf(`
 The demo is running: Proxy demo/squid is Ready (a squid VM on host %[4]s of the LAN test bed,
 booted under TCG), on the single-node Kubernetes in network namespace %[1]s, where Crossplane
@@ -95,10 +104,20 @@ and the provider run as pods. The LAN and the guests are reachable only from tha
   # address behind it, %[6]s:
   ip netns exec %[1]s curl -sS -o /dev/null -w '%%{http_code}\n' -x http://%[6]s %[3]s
 
+  # an application pod in namespace demo, as a team writes it: HTTP_PROXY from the Secret,
+  # the Service's name resolved by cluster DNS (examples/app/proxy-client.yaml with the node's
+  # httpget image, cluster/node/httpget); its log shows 204 for the origin and squid's 403
+  # naming the rule (ERR_PROXY_DST_PRIVATE) for a private address:
+  cluster/node/kubectl.sh apply -f - <<'YAML'
+%[8]s
+YAML
+  cluster/node/kubectl.sh -n demo logs proxy-client      # once it has Completed
+  cluster/node/kubectl.sh -n demo delete pod proxy-client
+
   # the VM on the host (its libvirtd's socket, as this machine sees it):
   virsh -c 'qemu+unix:///system?socket=%[7]s' list --all        (domain demo_squid)
 
 Logs: %[5]s    Stop and clean up: make demo-down
 
-`, e.cfg.Netns, url, e.probeURL, e.cfg.Hosts[0].SSHHost, e.cfg.Logs, addr, e.cfg.Hosts[0].Socket)
+`, e.cfg.Netns, url, e.probeURL, e.cfg.Hosts[0].SSHHost, e.cfg.Logs, addr, e.cfg.Hosts[0].Socket, strings.TrimSpace(pod))
 }

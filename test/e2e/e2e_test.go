@@ -42,12 +42,13 @@ type example struct {
 
 // The example files' own addresses, replaced by the test bed's.
 const (
-	exImageURL = "https://images.example.org/debian-12-squid-amd64.qcow2"
-	exSHA256   = "5f4dcc3b5aa765d61d8327deb882cf992b95990a8b1e4e6b0a1c8c2e0f0e0a51"
+	exImageURL = "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2"
+	exSHA256   = "0000000000000000000000000000000000000000000000000000000000000000"
 	exGuestNet = "192.168.122.0/24"
 	exProbeURL = "http://192.168.122.1:8204/"
-	// exOwnDomains is own-image.yaml's allowedDomains: its probe's origin must be among them.
-	exOwnDomains = "allowedDomains: [.debian.org, 192.168.122.1]"
+	// exAllowedDomains is the allowedDomains of own-image.yaml's Proxy and shared-image.yaml's
+	// egress-b: its probe's origin must be among them.
+	exAllowedDomains = "allowedDomains: [.debian.org, 192.168.122.1]"
 )
 
 // proxyExamples are examples/proxy, every file of it: the RBAC a platform adds for
@@ -60,10 +61,11 @@ func proxyExamples(hostB string) []example {
 		{File: "examples/proxy/crossplane-rbac.yaml"},
 		{File: "examples/proxy/shared-image.yaml", Subst: [][2]string{
 			{exImageURL, "IMAGE_URL_A"}, {exSHA256, "IMAGE_SHA256"}, {exGuestNet, "GUEST_CIDR"}, {exProbeURL, "PROBE_URL"},
+			{exAllowedDomains, "ALLOWED_DOMAINS"},
 		}},
 		{File: "examples/proxy/own-image.yaml", Subst: [][2]string{
 			{exImageURL, "IMAGE_URL_C"}, {exSHA256, "IMAGE_SHA256"}, {exGuestNet, "GUEST_CIDR"}, {exProbeURL, "PROBE_URL"},
-			{"host: default", "host: " + hostB}, {exOwnDomains, "OWN_IMAGE_DOMAINS"},
+			{"host: default", "host: " + hostB}, {exAllowedDomains, "ALLOWED_DOMAINS"},
 		}},
 		{File: "examples/proxy/proxyclaim.yaml", Subst: [][2]string{{exProbeURL, "PROBE_URL"}}},
 	}
@@ -122,7 +124,8 @@ func (p proxyCase) object() *unstructured.Unstructured {
 // TestE2E is make e2e after the bring-up (docs/e2e.md, "What make e2e checks"): the
 // installation, the plain-virsh baseline (unless SKIP_BASELINE=1), then the files of
 // examples/proxy as users copy them: four guests booted at once, each Ready with its Secret,
-// Service and EndpointSlice and a 204 through it, on the host it asked for; their deletion
+// Service and EndpointSlice and a 204 through it, on the host it asked for; team-a's
+// application pods (examples/app) through the Services' cluster DNS names; their deletion
 // down to nothing on either host; the timeline. The steps are subtests that run in order;
 // each needs the ones before it (except baseline), and a failed one ends the test.
 func TestE2E(t *testing.T) {
@@ -241,6 +244,17 @@ func TestE2E(t *testing.T) {
 			t.Fatalf("ProxyClaim team-c/egress: the connection Secret's url %q differs from egress-proxy's %q", conn["url"], own["url"])
 		}
 		logf("  team-c/egress (claim) -> XProxy %s: connection Secret team-c/egress-conn has the same url", xrs["egress"])
+	})
+
+	// The application pod's path: pods of team-a with HTTP_PROXY from the Proxies' Secrets,
+	// through the Services' cluster DNS names and cluster IPs to the guests' squid.
+	step("app-pods", func(t *testing.T) {
+		logf("  team-a's application pods (examples/app/proxy-client.yaml): HTTP_PROXY from the Proxy's Secret, its Service by cluster DNS")
+		for _, p := range teamAPods(e.probeURL) {
+			if err := e.runAppPod(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 
 	step("orphans", func(t *testing.T) {

@@ -180,17 +180,17 @@ func (e *env) values() map[string]string {
 		"IMAGE_URL_B":    img("b"),
 		"IMAGE_URL_DEMO": img("demo"),
 		"PROBE_URL":      e.probeURL,
-		// own-image.yaml's allowedDomains, its probe's origin in place of the example's.
-		"OWN_IMAGE_DOMAINS": "allowedDomains: [.debian.org, " + e.originIP + "]",
-		"VCPUS":             fmt.Sprint(e.cfg.VCPUs),
-		"MEM_MIB":           fmt.Sprint(e.cfg.MemMiB),
-		"IMAGE_URL_C":       img("c"),
-		"SSH_USER":          e.cfg.SSHUser,
-		"LIBVIRT_SOCKET":    e.cfg.LibvirtSocket,
-		"LIBVIRT_URI":       e.cfg.LibvirtURI,
-		"HOST_A":            a,
-		"HOST_B":            b,
-		"GUEST_CIDR":        e.guestCIDR,
+		// The examples' allowedDomains, their probe's origin in place of the example's.
+		"ALLOWED_DOMAINS": "allowedDomains: [.debian.org, " + e.originIP + "]",
+		"VCPUS":           fmt.Sprint(e.cfg.VCPUs),
+		"MEM_MIB":         fmt.Sprint(e.cfg.MemMiB),
+		"IMAGE_URL_C":     img("c"),
+		"SSH_USER":        e.cfg.SSHUser,
+		"LIBVIRT_SOCKET":  e.cfg.LibvirtSocket,
+		"LIBVIRT_URI":     e.cfg.LibvirtURI,
+		"HOST_A":          a,
+		"HOST_B":          b,
+		"GUEST_CIDR":      e.guestCIDR,
 	}
 }
 

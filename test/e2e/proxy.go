@@ -122,8 +122,8 @@ func (e *env) watch(ctx context.Context, u *unstructured.Unstructured, composite
 // the status.url of obj (the Proxy or the claim) and with the Proxy's Service and EndpointSlice
 // (named like the Secret): url is http://<service>.<ns>.svc:<port>, the EndpointSlice points at
 // ip; and the proxy at ip:port forwards a request for the 204 origin (as curl -x does, from
-// inside the namespace: this control plane has no cluster DNS or service proxy, so the
-// Service's own address is not tried).
+// node, straight to the guest; the path through the Service's name and cluster IP is the
+// application pods' of TestE2E's app-pods step, runAppPod).
 func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *unstructured.Unstructured) error {
 	data, err := e.secretData(ctx, ns, secret)
 	if err != nil {

@@ -28,6 +28,15 @@ type ProxyPolicy struct {
 	// +optional
 	Replacement *Replacement `json:"replacement,omitempty"`
 
+	// DefaultAttachment is the network or bridge a Proxy's VM attaches to when the Proxy names
+	// none (the Proxy API names none, so: every Proxy's). The host's ClusterProviderConfig must
+	// grant it to the Proxy's namespace (spec.defaults or spec.attachments): placement skips the
+	// hosts that do not; on a host named by spec.host that does not, the provider refuses the
+	// Proxy's KVMDomain, naming what the host grants. Missing: the host config's own default
+	// attachment (spec.defaults).
+	// +optional
+	DefaultAttachment *Attachment `json:"defaultAttachment,omitempty"`
+
 	// Rules are what every Proxy must keep (rules.go).
 	Rules `json:",inline"`
 }
