@@ -38,11 +38,16 @@ type Def struct {
 	Port        int32  `json:"port"`
 	Probe       string `json:"probe,omitempty"` // url and expected status; "" a TCP probe
 	UserData    string `json:"userData"`        // the seed's rendered content
+	// The network or bridge the VM attaches to (the platform's defaultAttachment); both empty:
+	// the host's default. Omitted when empty, so the ids of Proxies without one do not change.
+	Network string `json:"network,omitempty"`
+	Bridge  string `json:"bridge,omitempty"`
 }
 
 // DefOf is the definition of the generation Proxy p (placed) with this user data wants.
 func DefOf(p Proxy, userData string) Def {
-	d := Def{Host: p.Host, BaseImage: p.BaseImageName, ImageURL: p.ImageURL, ImageSHA256: p.ImageSHA256, VCPU: p.VCPU, MemoryMiB: p.MemoryMiB, Port: p.Port, UserData: userData}
+	d := Def{Host: p.Host, BaseImage: p.BaseImageName, ImageURL: p.ImageURL, ImageSHA256: p.ImageSHA256, VCPU: p.VCPU, MemoryMiB: p.MemoryMiB, Port: p.Port, UserData: userData,
+		Network: p.Network, Bridge: p.Bridge}
 	if p.DiskSizeGiB != nil {
 		d.DiskSizeGiB = *p.DiskSizeGiB
 	}
@@ -55,7 +60,7 @@ func DefOf(p Proxy, userData string) Def {
 // Proxy is the Proxy that renders this definition's VM, placed on its host.
 func (d Def) Proxy() Proxy {
 	p := Proxy{Host: d.Host, BaseImageName: d.BaseImage, ImageURL: d.ImageURL, ImageSHA256: d.ImageSHA256,
-		VCPU: d.VCPU, MemoryMiB: d.MemoryMiB, Port: d.Port}
+		VCPU: d.VCPU, MemoryMiB: d.MemoryMiB, Port: d.Port, Network: d.Network, Bridge: d.Bridge}
 	if d.DiskSizeGiB != 0 {
 		disk := d.DiskSizeGiB
 		p.DiskSizeGiB = &disk
@@ -95,6 +100,7 @@ func ChangedFields(a, b Def) []string {
 	add(a.DiskSizeGiB != b.DiskSizeGiB, "diskSizeGiB")
 	add(a.Port != b.Port, "port")
 	add(a.Probe != b.Probe, "probe")
+	add(a.Network != b.Network || a.Bridge != b.Bridge, "attachment (the platform's defaultAttachment)")
 	if a.UserData != b.UserData && a.Port == b.Port {
 		// The port is in the seed too: name the seed only when something else changed it.
 		out = append(out, "squid configuration (allowedCIDRs, allowedDomains, squidDirectives, sshAuthorizedKeys or the platform's rules)")
@@ -212,6 +218,8 @@ func readDef(observed map[resource.Name]resource.ObservedComposed, k genKeys) (D
 	disk, _ := u.GetInteger("spec.forProvider.diskSizeGiB")
 	d.VCPU, d.MemoryMiB, d.DiskSizeGiB = int32(vcpu), int32(mem), int32(disk)
 	d.BaseImage, _ = u.GetString("spec.forProvider.baseImageRef.name")
+	d.Network, _ = u.GetString("spec.forProvider.network")
+	d.Bridge, _ = u.GetString("spec.forProvider.bridge")
 	if key, img := composedImage(observed, d.BaseImage); key != "" {
 		d.BaseImage = ""
 		d.ImageURL, _ = img.Resource.GetString("spec.forProvider.source.url")

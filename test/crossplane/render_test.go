@@ -469,8 +469,8 @@ func (r rendered) wantReady(t *testing.T, status, reason string) {
 // composedKeys lists composed resources as Kind/composition-resource-name/name.
 // The generations of the roll-out fixtures (internal/function's TestRolloutFixtures).
 const (
-	legacyGen = "57f39bbe"
-	newGen    = "6dd82479"
+	legacyGen = "b30bd3eb"
+	newGen    = "94d412d5"
 )
 
 // rolloutBoth are the two generations' resources while one replaces the other.
