@@ -2,10 +2,12 @@ package fairness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -50,37 +52,94 @@ type fakeGuest struct {
 	ns, name, mac, ip string
 }
 
+// leaseFile is where libvirt keeps the DHCP leases of the test bed's NAT network (its
+// leases helper writes it at each lease event; libvirt reads it at each lease query).
+const leaseFile = "/var/lib/libvirt/dnsmasq/" + bridgeDev + ".status"
+
 // guestAddresses makes each guest's address answer without a guest: the address goes on the
-// loopback device of the bed's namespace, and a permanent neighbour entry on the NAT bridge
-// maps it to the guest's MAC, which libvirt's ARP source reports for the domain. The entry
-// can only be added once the bridge has a port (the domain runs), so it is retried until
-// stop is closed.
-func guestAddresses(t *testing.T, guests []fakeGuest, stop <-chan struct{}) {
+// loopback device of the bed's namespace, and a lease of it for the guest's MAC is added to
+// libvirt's lease file, which libvirt reports as the domain's address (source lease). Both go
+// at cleanup; other leases in the file are kept. (libvirt's ARP source would need no file,
+// but on the bed it fails: "wrong nlmsg len".)
+func guestAddresses(t *testing.T, guests []fakeGuest) {
 	t.Helper()
+	macs := map[string]bool{}
 	for _, g := range guests {
 		ip(t, "addr", "add", g.ip+"/32", "dev", "lo")
-		t.Cleanup(func() {
-			_ = exec.Command("ip", "addr", "del", g.ip+"/32", "dev", "lo").Run()
-			_ = exec.Command("ip", "neigh", "del", g.ip, "dev", bridgeDev).Run()
-		})
+		t.Cleanup(func() { _ = exec.Command("ip", "addr", "del", g.ip+"/32", "dev", "lo").Run() })
+		macs[g.mac] = true
 	}
-	go func() {
-		done := map[string]bool{}
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for len(done) < len(guests) {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			for _, g := range guests {
-				if !done[g.ip] && exec.Command("ip", "neigh", "replace", g.ip, "lladdr", g.mac, "dev", bridgeDev, "nud", "permanent").Run() == nil {
-					done[g.ip] = true
-				}
+	leases := readLeases(t)
+	for _, g := range guests {
+		leases = append(leases, map[string]any{"ip-address": g.ip, "mac-address": g.mac, "hostname": g.name, "expiry-time": time.Now().Add(time.Hour).Unix()})
+	}
+	writeLeases(t, leases)
+	t.Cleanup(func() {
+		var keep []map[string]any
+		for _, l := range readLeases(t) {
+			if m, _ := l["mac-address"].(string); !macs[m] {
+				keep = append(keep, l)
 			}
 		}
-	}()
+		writeLeases(t, keep)
+	})
+}
+
+func readLeases(t *testing.T) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(leaseFile)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var leases []map[string]any
+	if len(strings.TrimSpace(string(b))) > 0 {
+		if err := json.Unmarshal(b, &leases); err != nil {
+			t.Fatalf("%s: %v", leaseFile, err)
+		}
+	}
+	return leases
+}
+
+func writeLeases(t *testing.T, leases []map[string]any) {
+	t.Helper()
+	if leases == nil {
+		leases = []map[string]any{}
+	}
+	b, err := json.MarshalIndent(leases, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(leaseFile, append(b, '\n'), 0o644); err != nil { //nolint:gosec // libvirt's own mode for the file
+		t.Fatal(err)
+	}
+}
+
+// leftovers destroys and undefines the domains whose names start with one of prefixes, and
+// deletes the volumes of pool that start with them (best effort).
+func leftovers(pool string, prefixes ...string) {
+	virshOut := func(args ...string) string {
+		out, _ := exec.Command("virsh", append([]string{"-q", "-c", "qemu:///system"}, args...)...).Output()
+		return string(out)
+	}
+	match := func(name string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range strings.Fields(virshOut("list", "--all", "--name")) {
+		if match(d) {
+			virshOut("destroy", d)
+			virshOut("undefine", d)
+		}
+	}
+	for _, line := range strings.Split(virshOut("vol-list", pool), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && match(f[0]) {
+			virshOut("vol-delete", "--pool", pool, f[0])
+		}
+	}
 }
 
 func ip(t *testing.T, args ...string) {
@@ -135,9 +194,10 @@ func (h *hangServer) port() int32 { return int32(h.l.Addr().(*net.TCPAddr).Port)
 // HTTP proxy probe with the longest timeout, 60 s); a KVMDomain of another namespace, whose
 // probe answers, turns Ready within probeBound of the time it takes alone. No guest boots:
 // the domains run an empty disk (the firmware finds nothing to boot) and their addresses come
-// from neighbour entries this test adds (guestAddresses).
+// from DHCP leases this test adds (guestAddresses).
 func TestHangingProbesDoNotDelayAnotherNamespace(t *testing.T) {
 	tb := testbed.Require(t)
+	t.Cleanup(func() { leftovers(tb.Pool, "hung_", "quiet_") }) // runs last: after a failure, what the provider did not delete
 	env := controlplane.Start(t)
 	env.HostConfig(t, tb, "default")
 	env.Workers = workers
@@ -179,9 +239,7 @@ func TestHangingProbesDoNotDelayAnotherNamespace(t *testing.T) {
 	}
 	alone := fakeGuest{ns: "quiet", name: "alone", mac: "52:54:00:fa:01:01", ip: "192.168.122.221"}
 	during := fakeGuest{ns: "quiet", name: "during", mac: "52:54:00:fa:01:02", ip: "192.168.122.222"}
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
-	guestAddresses(t, append(append([]fakeGuest{}, guests...), alone, during), stop)
+	guestAddresses(t, append(append([]fakeGuest{}, guests...), alone, during))
 
 	var all []client.Object
 	for _, ns := range []string{"hung", "quiet"} {
