@@ -187,16 +187,16 @@ type progressSample struct {
 
 // slowClaim decides, without I/O, whether the upload whose data volume was seen holding
 // samples (oldest first, all of one claim, read by this process at its own clock) is slower
-// than min: it added less than min.Bytes since the last sample taken at least min.Window
+// than floor: it added less than floor.Bytes since the last sample taken at least floor.Window
 // before the newest. An upload not watched for a whole window yet is not slow.
-func slowClaim(samples []progressSample, min Throughput) bool {
-	if min.Bytes <= 0 || min.Window <= 0 || len(samples) < 2 {
+func slowClaim(samples []progressSample, floor Throughput) bool {
+	if floor.Bytes <= 0 || floor.Window <= 0 || len(samples) < 2 {
 		return false
 	}
 	last := samples[len(samples)-1]
 	for i := len(samples) - 2; i >= 0; i-- {
-		if last.at.Sub(samples[i].at) >= min.Window {
-			return last.bytes-samples[i].bytes < min.Bytes
+		if last.at.Sub(samples[i].at) >= floor.Window {
+			return last.bytes-samples[i].bytes < floor.Bytes
 		}
 	}
 	return false

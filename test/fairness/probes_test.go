@@ -109,7 +109,7 @@ func writeLeases(t *testing.T, leases []map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(leaseFile, append(b, '\n'), 0o644); err != nil { //nolint:gosec // libvirt's own mode for the file
+	if err := os.WriteFile(leaseFile, append(b, '\n'), 0o644); err != nil { // libvirt's own mode for the file
 		t.Fatal(err)
 	}
 }
