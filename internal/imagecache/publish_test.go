@@ -144,7 +144,7 @@ func TestPublish(t *testing.T) {
 		},
 		"WaitForClaimAboveMinimum": {
 			reason: "an upload of another namespace that made the minimum over the window is waited for",
-			args: args{src: pinned, owner: us, timeout: time.Second, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
+			args: args{src: pinned, owner: us, timeout: 3 * time.Second, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
 				sh.timing.waitPoll = time.Hour // the context ends during the wait
 				sh.progress.min = Throughput{Bytes: 4096, Window: 5 * time.Minute}
 				claimed(t, h, vol, them, "other-process", RecordClaimed)
@@ -158,7 +158,7 @@ func TestPublish(t *testing.T) {
 		},
 		"WaitForSlowClaimOfOwnNamespace": {
 			reason: "a slow upload of the same namespace is waited for: its team's own URL",
-			args: args{src: pinned, owner: us, timeout: time.Second, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
+			args: args{src: pinned, owner: us, timeout: 3 * time.Second, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
 				sh.timing.waitPoll = time.Hour // the context ends during the wait
 				claimed(t, h, vol, Owner{UID: "uid-mate", Namespace: us.Namespace, Name: "mate"}, "other-process", RecordClaimed)
 				h.Put(tpool, vol, data[:100])
