@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -33,6 +34,8 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/fairness"
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+	"github.com/provider-kvm/provider-kvm/internal/publishqueue"
 	"github.com/provider-kvm/provider-kvm/internal/version"
 )
 
@@ -51,6 +54,11 @@ func main() {
 
 		namespacedSources = app.Flag("namespaced-image-sources", "YAML file of an imageSources policy (as in a ClusterProviderConfig's spec.imageSources) that every namespaced ProviderConfig's imageSources only narrow; its allow rules may lift the denial of private ranges for namespaced configs. Empty: namespaced configs may download from public addresses only.").Default("").String()
 		requireSHA256     = app.Flag("require-image-sha256", "Refuse every BaseImage that does not pin spec.forProvider.source.sha256.").Default("false").Bool()
+
+		maxPublishJobs        = app.Flag("max-publish-jobs", "How many BaseImage publish jobs (download and upload) run at once in the provider; the others wait their turn, first come first served. 0: no limit.").Default("16").Int()
+		maxPublishJobsPerHost = app.Flag("max-publish-jobs-per-host", "How many BaseImage publish jobs run at once against one host. 0: no limit.").Default("4").Int()
+		claimMinBytes         = app.Flag("publish-min-bytes", "Least progress, in bytes per --publish-min-window, an upload must make for BaseImages of other namespaces to keep waiting for it; slower, they may take its claim over and publish the image themselves. 0: no minimum.").Default(strconv.FormatInt(imagecache.DefaultMinThroughput.Bytes, 10)).Int64()
+		claimMinWindow        = app.Flag("publish-min-window", "The window over which --publish-min-bytes is measured.").Default(imagecache.DefaultMinThroughput.Window.String()).Duration()
 
 		enableManagementPolicies = app.Flag("enable-management-policies", "Honour spec.managementPolicies (e.g. Observe-only imports).").Default("true").Envar("ENABLE_MANAGEMENT_POLICIES").Bool()
 	)
@@ -126,7 +134,10 @@ func main() {
 	conns := host.NewConnections(host.WithLogger(log.WithValues("component", "host-connections")), host.WithOnLibvirt(events.Attach))
 	defer conns.Close() //nolint:errcheck // Best effort at exit.
 
-	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, platform), "Cannot set up provider-kvm controllers")
+	shared := setup.NewShared(platform)
+	shared.Images = imagecache.NewShared(imagecache.WithMinThroughput(imagecache.Throughput{Bytes: *claimMinBytes, Window: *claimMinWindow}))
+	shared.PublishLimits = publishqueue.Limits{Total: *maxPublishJobs, PerHost: *maxPublishJobsPerHost}
+	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, shared), "Cannot set up provider-kvm controllers")
 	kingpin.FatalIfError(mgr.Start(ctrl.SetupSignalHandler()), "Cannot start controller manager")
 }
 

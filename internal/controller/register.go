@@ -15,7 +15,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
-	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 )
 
 // SetupGated adds all controllers to mgr. Controllers of managed resources register with
@@ -25,12 +24,12 @@ import (
 // controllers share one process state (setup.NewShared): the libvirt clients' pool locks and
 // domain handles, and the image cache state whose base locks order a base image's removal
 // against the creation of overlays onto it.
-// platform is what the provider's flags set for every host config (sourcepolicy.Platform).
-func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher, platform sourcepolicy.Platform) error {
+// shared is that state (setup.NewShared), with what the provider's flags set: the platform's
+// image source policy and the publish job limits.
+func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher, shared *setup.Shared) error {
 	if err := config.Setup(mgr, o); err != nil {
 		return err
 	}
-	shared := setup.NewShared(platform)
 	if err := baseimage.Setup(mgr, o, conns, shared); err != nil {
 		return err
 	}

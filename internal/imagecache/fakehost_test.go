@@ -99,6 +99,13 @@ func staleClaim(h *fakestorage.Storage, sh *Shared, vol string) {
 	sh.claims.seen[h.Address()+"\x00"+tpool+"\x00"+ClaimName(vol)] = claimSeen{mtime: v.ModifiedAt, since: t0.Add(-time.Hour)}
 }
 
+// sawProgress makes sh's progress clock have seen vol's data volume hold bytes at at, under
+// the claim that holder wrote at t0 (claimed).
+func sawProgress(h *fakestorage.Storage, sh *Shared, vol, holder string, bytes int64, at time.Time) {
+	key := h.Address() + "\x00" + tpool + "\x00" + ClaimName(vol)
+	sh.progress.seen[key] = claimProgress{claim: holder + "\x00" + t0.UTC().Format(time.RFC3339Nano), samples: []progressSample{{at: at, bytes: bytes}}}
+}
+
 // names lists the volumes of tpool, sorted.
 func names(h *fakestorage.Storage) []string {
 	n := h.Names(tpool)

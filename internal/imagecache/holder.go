@@ -25,7 +25,7 @@ import (
 
 // errClaimLost ends an upload whose claim another process removed or replaced: it must not
 // publish, and must not delete what may be that process's data now.
-var errClaimLost = errors.New("the upload's claim was removed or replaced by another process, which must have judged it stale; this upload is abandoned")
+var errClaimLost = errors.New("the upload's claim was removed or replaced by another process, which must have judged it stale or its upload slower than the provider's minimum throughput; this upload is abandoned")
 
 // lease is what a reader knows of a claim it does not hold.
 type lease int
@@ -159,4 +159,106 @@ func (c *Cache) stillOurs(ctx context.Context, pool, vol, owner string) (bool, e
 		return false, err
 	}
 	return r.State == RecordClaimed && r.Owner.UID == owner && r.Holder == c.holder, nil
+}
+
+// Throughput is the least progress an upload must make for its claim to hold against
+// BaseImages of other namespaces waiting for the same image: Bytes over every Window. Zero
+// Bytes or Window: no minimum.
+type Throughput struct {
+	Bytes  int64
+	Window time.Duration
+}
+
+// DefaultMinThroughput is the Throughput a claim must keep by default: 16 MiB every 5
+// minutes (about 55 KiB/s). Slower, a 1 GiB image would not be uploaded within the 6 hours a
+// publish job may take; a URL that sends a byte every 50 seconds kept every other namespace
+// publishing the same image in that pool waiting that long.
+var DefaultMinThroughput = Throughput{Bytes: 16 << 20, Window: 5 * time.Minute}
+
+// WithMinThroughput sets the Throughput a claim must keep (default DefaultMinThroughput).
+func WithMinThroughput(t Throughput) SharedOption { return func(s *Shared) { s.progress.min = t } }
+
+// progressSample is how many bytes a claimed data volume held (its allocation) when this
+// process looked.
+type progressSample struct {
+	at    time.Time
+	bytes int64
+}
+
+// slowClaim decides, without I/O, whether the upload whose data volume was seen holding
+// samples (oldest first, all of one claim, read by this process at its own clock) is slower
+// than floor: it added less than floor.Bytes since the last sample taken at least floor.Window
+// before the newest. An upload not watched for a whole window yet is not slow.
+func slowClaim(samples []progressSample, floor Throughput) bool {
+	if floor.Bytes <= 0 || floor.Window <= 0 || len(samples) < 2 {
+		return false
+	}
+	last := samples[len(samples)-1]
+	for i := len(samples) - 2; i >= 0; i-- {
+		if last.at.Sub(samples[i].at) >= floor.Window {
+			return last.bytes-samples[i].bytes < floor.Bytes
+		}
+	}
+	return false
+}
+
+// progressClock remembers, per claim volume, the allocations of its data volume this process
+// saw while it waited for that claim.
+type progressClock struct {
+	mu   sync.Mutex
+	seen map[string]claimProgress
+	min  Throughput
+}
+
+type claimProgress struct {
+	// claim identifies the claim (its holder and time): a new claim starts anew.
+	claim   string
+	samples []progressSample
+}
+
+// slow records that the data volume of the claim key (identified by claim) held bytes at now,
+// and tells whether its upload is slower than the minimum (slowClaim).
+func (p *progressClock) slow(key, claim string, bytes int64, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cp := p.seen[key]
+	if cp.claim != claim || (len(cp.samples) > 0 && bytes < cp.samples[len(cp.samples)-1].bytes) {
+		cp = claimProgress{claim: claim} // another claim, or its data was written anew
+	}
+	cp.samples = append(cp.samples, progressSample{at: now, bytes: bytes})
+	// Keep one sample at least a window old, and those after it.
+	for len(cp.samples) > 2 && now.Sub(cp.samples[1].at) >= p.min.Window {
+		cp.samples = cp.samples[1:]
+	}
+	p.seen[key] = cp
+	return slowClaim(cp.samples, p.min)
+}
+
+// forget drops what is remembered of key.
+func (p *progressClock) forget(key string) {
+	p.mu.Lock()
+	delete(p.seen, key)
+	p.mu.Unlock()
+}
+
+// tooSlow tells whether img's claim, fresh and not ours, guards an upload by a BaseImage of
+// another namespace than owner's that is slower than the minimum throughput: owner may then
+// take it over like a stale claim, so that one slow URL does not hold every other namespace
+// publishing the same image in that pool. A claim of owner's own namespace is waited for
+// however slow (its team's URL). It costs one call (the data volume's allocation) per look.
+func (c *Cache) tooSlow(ctx context.Context, img Image, owner Owner) (bool, error) {
+	cl := img.Claim
+	if c.sh.progress.min.Bytes <= 0 || !img.HasData || cl == nil || cl.State != RecordClaimed ||
+		owner.Namespace == "" || cl.Owner.Namespace == owner.Namespace {
+		return false, nil
+	}
+	vi, err := c.lv.VolumeInfo(ctx, img.Pool, img.Volume)
+	if libvirt.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, errors.Wrapf(err, errLookup, img.Volume, img.Pool)
+	}
+	key := c.memoKey(img.Pool, ClaimName(img.Volume))
+	return c.sh.progress.slow(key, cl.Holder+"\x00"+cl.Time.UTC().Format(time.RFC3339Nano), int64(vi.AllocationBytes), c.now()), nil
 }

@@ -229,6 +229,7 @@ func (c *Cache) readClaim(ctx context.Context, img *Image, read recordReader, ch
 	}
 	if !img.HasClaim {
 		c.sh.claims.forget(c.memoKey(img.Pool, name)) // nothing to judge any more
+		c.sh.progress.forget(c.memoKey(img.Pool, name))
 		return claimErr, nil
 	}
 	cv, err := c.lv.Volume(ctx, img.Pool, name)

@@ -182,6 +182,89 @@ func TestVerifyUpload(t *testing.T) {
 	}
 }
 
+func TestSlowClaim(t *testing.T) {
+	floor := Throughput{Bytes: 1000, Window: time.Minute}
+	at := func(d time.Duration, b int64) progressSample { return progressSample{at: t0.Add(d), bytes: b} }
+	cases := map[string]struct {
+		reason  string
+		samples []progressSample
+		floor   Throughput
+		want    bool
+	}{
+		"NotWatchedLongEnough": {
+			reason:  "an upload watched for less than a window is not slow, however little it did",
+			samples: []progressSample{at(0, 0), at(59*time.Second, 0)},
+			floor:   floor,
+		},
+		"SlowOverWindow": {
+			reason:  "less than the minimum over a whole window is slow",
+			samples: []progressSample{at(0, 0), at(30*time.Second, 500), at(time.Minute, 999)},
+			floor:   floor,
+			want:    true,
+		},
+		"MinimumMade": {
+			reason:  "the minimum over the window is enough",
+			samples: []progressSample{at(0, 0), at(time.Minute, 1000)},
+			floor:   floor,
+		},
+		"LatestWindowCounts": {
+			reason:  "what counts is the last window: fast long ago, stuck since, is slow",
+			samples: []progressSample{at(0, 0), at(time.Minute, 5000), at(2*time.Minute, 5000)},
+			floor:   floor,
+			want:    true,
+		},
+		"ClosestSampleAWindowBack": {
+			reason:  "the newest sample at least a window before the last is the one compared",
+			samples: []progressSample{at(0, 0), at(90*time.Second, 100), at(150*time.Second, 1200)},
+			floor:   floor,
+		},
+		"NoMinimum": {
+			reason:  "without a minimum nothing is slow",
+			samples: []progressSample{at(0, 0), at(time.Hour, 0)},
+		},
+		"OneSample": {
+			reason:  "one look tells nothing",
+			samples: []progressSample{at(0, 0)},
+			floor:   floor,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := slowClaim(tc.samples, tc.floor); got != tc.want {
+				t.Errorf("%s\nslowClaim(...) = %t, want %t", tc.reason, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestProgressClock: a new claim (another holder or time) or data written anew starts the
+// watch again; old samples are dropped but one a window old is kept.
+func TestProgressClock(t *testing.T) {
+	p := &progressClock{seen: map[string]claimProgress{}, min: Throughput{Bytes: 1000, Window: time.Minute}}
+	steps := []struct {
+		reason string
+		claim  string
+		bytes  int64
+		at     time.Duration
+		want   bool
+	}{
+		{reason: "first look", claim: "c1", bytes: 0},
+		{reason: "a window later with too little: slow", claim: "c1", bytes: 10, at: time.Minute, want: true},
+		{reason: "another claim starts anew", claim: "c2", bytes: 10, at: 2 * time.Minute},
+		{reason: "its data shrank (written anew): starts anew", claim: "c2", bytes: 5, at: 3 * time.Minute},
+		{reason: "then a window without progress: slow", claim: "c2", bytes: 5, at: 4 * time.Minute, want: true},
+		{reason: "progress over the last window: not slow", claim: "c2", bytes: 2000, at: 5 * time.Minute},
+	}
+	for _, s := range steps {
+		if got := p.slow("k", s.claim, s.bytes, t0.Add(s.at)); got != s.want {
+			t.Errorf("%s: slow(%q, %d, +%s) = %t, want %t", s.reason, s.claim, s.bytes, s.at, got, s.want)
+		}
+	}
+	if n := len(p.seen["k"].samples); n > 3 {
+		t.Errorf("kept %d samples; want those of the last window and one before it (at most 3 here)", n)
+	}
+}
+
 func TestClaimClockJudge(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	claimStale := defaultTiming().claimStale

@@ -258,6 +258,15 @@ func (c *Cache) planStep(ctx context.Context, pool, vol string, src, asked Sourc
 	if img.HasClaim && !ourClaim {
 		l = c.claimLease(img)
 	}
+	if l == leaseFresh {
+		slow, err := c.tooSlow(ctx, img, owner)
+		if err != nil {
+			return img, publishPlan{}, err
+		}
+		if slow {
+			l = leaseStale // taken over like a stale claim: its holder's renewal finds it gone
+		}
+	}
 	plan, err := planPublish(img, owner, src, live, ourClaim, l)
 	return img, plan, err
 }

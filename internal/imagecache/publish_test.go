@@ -133,6 +133,42 @@ func TestPublish(t *testing.T) {
 			}},
 			want: want{got: got{Bytes: rawSize, State: StatePublished, Downloads: 1, Names: publishedNames}},
 		},
+		"TakeOverSlowClaim": {
+			reason: "a claim another namespace's upload keeps fresh, but whose data grew less than the minimum over a window, is taken over like a stale one",
+			args: args{src: pinned, owner: us, timeout: 5 * time.Second, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
+				claimed(t, h, vol, them, "other-process", RecordClaimed)
+				h.Put(tpool, vol, data[:100])
+				sawProgress(h, sh, vol, "other-process", 4096, t0.Add(-6*time.Minute)) // as much as now
+			}},
+			want: want{got: got{Bytes: rawSize, State: StatePublished, Downloads: 1, Names: publishedNames}},
+		},
+		"WaitForClaimAboveMinimum": {
+			reason: "an upload of another namespace that made the minimum over the window is waited for",
+			args: args{src: pinned, owner: us, timeout: 3 * time.Second, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
+				sh.timing.waitPoll = time.Hour // the context ends during the wait
+				sh.progress.min = Throughput{Bytes: 4096, Window: 5 * time.Minute}
+				claimed(t, h, vol, them, "other-process", RecordClaimed)
+				h.Put(tpool, vol, data[:100])
+				sawProgress(h, sh, vol, "other-process", 0, t0.Add(-6*time.Minute))
+			}},
+			want: want{
+				got: got{State: StateDebris, Downloads: 1, Names: sortedNames(vol, ClaimName(vol), OwnerName(vol, us.UID))},
+				err: errors.Wrapf(context.DeadlineExceeded, errWait, vol),
+			},
+		},
+		"WaitForSlowClaimOfOwnNamespace": {
+			reason: "a slow upload of the same namespace is waited for: its team's own URL",
+			args: args{src: pinned, owner: us, timeout: 3 * time.Second, setup: func(t *testing.T, h *fakestorage.Storage, sh *Shared) {
+				sh.timing.waitPoll = time.Hour // the context ends during the wait
+				claimed(t, h, vol, Owner{UID: "uid-mate", Namespace: us.Namespace, Name: "mate"}, "other-process", RecordClaimed)
+				h.Put(tpool, vol, data[:100])
+				sawProgress(h, sh, vol, "other-process", 4096, t0.Add(-6*time.Minute))
+			}},
+			want: want{
+				got: got{State: StateDebris, Names: sortedNames(vol, ClaimName(vol), OwnerName(vol, us.UID))},
+				err: errors.Wrapf(context.DeadlineExceeded, errWait, vol),
+			},
+		},
 		"CutDataReplaced": {
 			reason: "data shorter than its marker records is debris: cleaned, then uploaded anew",
 			args: args{src: pinned, owner: us, setup: func(t *testing.T, h *fakestorage.Storage, _ *Shared) {

@@ -27,10 +27,12 @@ const DefaultRecheck = time.Hour
 type Shared struct {
 	memo   *memo
 	claims *claimClock
-	bases  *baseLocks
-	scans  *scans
-	holder string
-	timing timing
+	// progress judges the throughput of other namespaces' uploads this process waits for.
+	progress *progressClock
+	bases    *baseLocks
+	scans    *scans
+	holder   string
+	timing   timing
 }
 
 // timing holds the protocol's periods; tests shorten them.
@@ -68,11 +70,12 @@ func WithRecheck(d time.Duration) SharedOption { return func(s *Shared) { s.memo
 // suffix, so that a restarted process is another holder.
 func NewShared(opts ...SharedOption) *Shared {
 	s := &Shared{
-		memo:   &memo{m: map[string]memoEntry{}, now: time.Now, recheck: DefaultRecheck},
-		bases:  &baseLocks{},
-		scans:  &scans{},
-		holder: processHolder(),
-		timing: defaultTiming(),
+		memo:     &memo{m: map[string]memoEntry{}, now: time.Now, recheck: DefaultRecheck},
+		bases:    &baseLocks{},
+		scans:    &scans{},
+		holder:   processHolder(),
+		progress: &progressClock{seen: map[string]claimProgress{}, min: DefaultMinThroughput},
+		timing:   defaultTiming(),
 	}
 	s.claims = &claimClock{seen: map[string]claimSeen{}, stale: s.timing.claimStale}
 	for _, o := range opts {

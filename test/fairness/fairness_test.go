@@ -95,7 +95,7 @@ func readyAfter(t *testing.T, kube client.Client, o client.Object, mg interface 
 			return err
 		}
 		if c := mg.GetCondition(xpv2.TypeReady); c.Status != "True" {
-			return fmt.Errorf("not Ready: %s", mg.GetCondition(xpv2.TypeSynced).Message)
+			return fmt.Errorf("not Ready: %s; %s", mg.GetCondition(xpv2.TypeReady).Message, mg.GetCondition(xpv2.TypeSynced).Message)
 		}
 		return nil
 	})

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +57,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/hostlimits"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+	"github.com/provider-kvm/provider-kvm/internal/publishqueue"
 	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 )
 
@@ -114,6 +116,30 @@ func unavailable(err error) xpv2.Condition {
 	return c
 }
 
+// ReasonQueued is the Ready condition's reason while the publish job waits for its turn
+// (--max-publish-jobs, --max-publish-jobs-per-host).
+const ReasonQueued xpv2.ConditionReason = "Queued"
+
+// msgQueued says where a BaseImage's publish job waits. It counts jobs, of any namespace,
+// and names none.
+const msgQueued = "waiting to publish: place %d of %d publish jobs waiting, first come first served (the provider publishes at most %s at once, at most %s per host)"
+
+// queuedCondition is the Ready condition of a job at place among waiting jobs in a queue with
+// limits l.
+func queuedCondition(place, waiting int, l publishqueue.Limits) xpv2.Condition {
+	c := xpv2.Creating().WithMessage(fmt.Sprintf(msgQueued, place, waiting, limitText(l.Total), limitText(l.PerHost)))
+	c.Reason = ReasonQueued
+	return c
+}
+
+// limitText is a limit as the queue's message says it.
+func limitText(n int) string {
+	if n <= 0 {
+		return "any number"
+	}
+	return strconv.Itoa(n)
+}
+
 // Error messages.
 const (
 	errLookup     = "cannot look up the image on the host"
@@ -153,7 +179,7 @@ const msgLeft = "Let go of %s: nothing was seen to use it, but that cannot be ru
 // its image cache state is shared with the KVMDomain controller.
 func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, shared *setup.Shared) error {
 	done := make(chan ctrlevent.TypedGenericEvent[client.Object], jobsDoneBuffer)
-	js := newJobs(func(nn types.NamespacedName) {
+	js := newJobs(publishqueue.New(shared.PublishLimits), func(nn types.NamespacedName) {
 		select {
 		case done <- ctrlevent.TypedGenericEvent[client.Object]{Object: &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name}}}:
 		default: // the poll still comes
@@ -267,6 +293,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.BaseImage) (manage
 	key += fmt.Sprintf("\x00limits %d %d", s.Limits.MaxVirtualSizeGiB, s.Limits.MinFreePoolMiB)
 	return &external{
 		jobs: c.jobs, recorder: c.recorder, defaults: s.Defaults, grant: s.Grant, policy: key, now: time.Now, limits: s.Limits,
+		host:          s.Address(),
 		requireSHA256: c.platform.SHA256Rule(s.ImageSources, namespaced, s.Source),
 		cache: imagecache.New(s.Libvirt(), c.images, dl, imagecache.WithLiveness(rememberAlive(c.alive)),
 			imagecache.WithOverlayPools(c.overlayPools), imagecache.WithNamespace(cr.GetNamespace()), imagecache.WithLimits(s.Limits)),
@@ -327,6 +354,8 @@ type external struct {
 	grant hostgrants.Grant
 	// limits of the host config: how many images a namespace may hold there.
 	limits hostlimits.Limits
+	// host names the host the config reaches: the publish queue's per-host limit counts by it.
+	host string
 	// policy identifies the imageSources the cache enforces: a job that ran under others
 	// is not this policy's verdict.
 	policy string
@@ -489,6 +518,11 @@ func (e *external) observeJob(cr *v1alpha1.BaseImage, j *job) (managed.ExternalO
 	case j == nil:
 		return managed.ExternalObservation{ResourceExists: false}, nil
 	case !j.finished():
+		if q, place, waiting := j.queued(); q {
+			cr.Status.AtProvider.Upload = nil
+			cr.SetConditions(queuedCondition(place, waiting, e.jobs.queue.Limits()))
+			return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, nil
+		}
 		cr.Status.AtProvider.Upload = &v1alpha1.UploadProgress{BytesDone: j.bytesDone.Load(), BytesTotal: j.bytesTotal.Load()}
 		creating := xpv2.Creating()
 		if j.lastErr != nil {
@@ -595,7 +629,7 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.BaseImage) (managed.
 	// The external name follows the current source.
 	meta.SetExternalName(cr, imagecache.ExternalName(src))
 	// The publish job outlives this reconcile, so it runs on a context of its own (jobs.start).
-	e.jobs.start(cr.GetUID(), types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, src, e.policy, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) { //nolint:contextcheck // see above
+	e.jobs.start(cr.GetUID(), types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, e.host, src, e.policy, func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error) { //nolint:contextcheck // see above
 		return e.cache.Publish(ctx, pool, src, own, progress)
 	})
 	cr.SetConditions(xpv2.Creating())

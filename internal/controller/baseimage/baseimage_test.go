@@ -20,6 +20,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+	"github.com/provider-kvm/provider-kvm/internal/publishqueue"
 )
 
 // absentCache is a host where no image is cached.
@@ -110,8 +111,8 @@ func TestObserveFailedDownload(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cr := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "img", UID: "uid-1"},
 				Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Pool: "default", Source: v1alpha1.ImageSource{URL: "http://127.0.0.1:8080/a"}}}}
-			js := newJobs(nil)
-			j := js.start(cr.GetUID(), types.NamespacedName{}, source(cr), tc.args.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+			js := newJobs(nil, nil)
+			j := js.start(cr.GetUID(), types.NamespacedName{}, "", source(cr), tc.args.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 				return imagecache.Result{}, tc.args.err
 			})
 			<-j.done
@@ -144,12 +145,12 @@ func TestRetryCountsAttempts(t *testing.T) {
 	cr := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "img", UID: "uid-1"},
 		Spec: v1alpha1.BaseImageSpec{ForProvider: v1alpha1.BaseImageParameters{Pool: "default", Source: v1alpha1.ImageSource{URL: "http://127.0.0.1:8080/a"}}}}
 	boom := &imagecache.HTTPStatusError{URL: "http://127.0.0.1:8080/a", StatusCode: 502, Status: "502 Bad Gateway"}
-	js := newJobs(nil)
+	js := newJobs(nil, nil)
 	fail := func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 		return imagecache.Result{}, boom
 	}
 	for i := 1; i <= 3; i++ {
-		j := js.start(cr.GetUID(), types.NamespacedName{}, source(cr), "p", fail)
+		j := js.start(cr.GetUID(), types.NamespacedName{}, "", source(cr), "p", fail)
 		<-j.done
 		if j.attempt != i {
 			t.Errorf("job %d: attempt %d, want %d", i, j.attempt, i)
@@ -157,7 +158,7 @@ func TestRetryCountsAttempts(t *testing.T) {
 	}
 	block := make(chan struct{})
 	defer close(block)
-	js.start(cr.GetUID(), types.NamespacedName{}, source(cr), "p", func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+	js.start(cr.GetUID(), types.NamespacedName{}, "", source(cr), "p", func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 		<-block
 		return imagecache.Result{}, nil
 	})
@@ -172,7 +173,7 @@ func TestRetryCountsAttempts(t *testing.T) {
 	}
 	other := cr.DeepCopy()
 	other.Spec.ForProvider.Source.URL = "http://127.0.0.1:8080/b"
-	if j := js.start(cr.GetUID(), types.NamespacedName{}, source(other), "p", fail); j.attempt != 1 {
+	if j := js.start(cr.GetUID(), types.NamespacedName{}, "", source(other), "p", fail); j.attempt != 1 {
 		t.Errorf("a job for another source: attempt %d, want 1", j.attempt)
 	}
 }
@@ -183,10 +184,10 @@ func TestJobsTellWhenFinished(t *testing.T) {
 	for name, fail := range map[string]bool{"Published": false, "Failed": true} {
 		t.Run(name, func(t *testing.T) {
 			told := make(chan types.NamespacedName, 1)
-			js := newJobs(func(nn types.NamespacedName) { told <- nn })
+			js := newJobs(nil, func(nn types.NamespacedName) { told <- nn })
 			release := make(chan struct{})
 			want := types.NamespacedName{Namespace: "team-a", Name: "debian"}
-			j := js.start("uid-1", want, imagecache.Source{URL: "https://example.org/a.qcow2"}, "", func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+			j := js.start("uid-1", want, "", imagecache.Source{URL: "https://example.org/a.qcow2"}, "", func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 				<-release
 				if fail {
 					return imagecache.Result{}, context.DeadlineExceeded
@@ -217,17 +218,17 @@ func TestJobsTellWhenFinished(t *testing.T) {
 // A job that replaces a cancelled one of the same BaseImage starts only once that one ended:
 // the cancelled one's cleanup (its claim, data, owner record) never runs under the new one.
 func TestJobsReplaceAfterTheCancelledOneEnded(t *testing.T) {
-	js := newJobs(nil)
+	js := newJobs(nil, nil)
 	var mu sync.Mutex
 	var order []string
 	note := func(s string) { mu.Lock(); defer mu.Unlock(); order = append(order, s) }
-	old := js.start("uid-1", types.NamespacedName{}, imagecache.Source{URL: "https://example.org/a.qcow2"}, "", func(ctx context.Context, _ imagecache.ProgressFunc) (imagecache.Result, error) {
+	old := js.start("uid-1", types.NamespacedName{}, "", imagecache.Source{URL: "https://example.org/a.qcow2"}, "", func(ctx context.Context, _ imagecache.ProgressFunc) (imagecache.Result, error) {
 		<-ctx.Done()
 		time.Sleep(50 * time.Millisecond) // cleaning up
 		note("old ended")
 		return imagecache.Result{}, ctx.Err()
 	})
-	next := js.start("uid-1", types.NamespacedName{}, imagecache.Source{URL: "https://example.org/b.qcow2"}, "", func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+	next := js.start("uid-1", types.NamespacedName{}, "", imagecache.Source{URL: "https://example.org/b.qcow2"}, "", func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 		note("new started")
 		return imagecache.Result{}, nil
 	})
@@ -284,9 +285,9 @@ func TestReapOrphans(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			js := newJobs(nil)
+			js := newJobs(nil, nil)
 			cancelled := make(chan struct{})
-			j := js.start(tc.uid, nn("debian"), imagecache.Source{URL: "https://example.org/a.qcow2"}, "", func(ctx context.Context, _ imagecache.ProgressFunc) (imagecache.Result, error) {
+			j := js.start(tc.uid, nn("debian"), "", imagecache.Source{URL: "https://example.org/a.qcow2"}, "", func(ctx context.Context, _ imagecache.ProgressFunc) (imagecache.Result, error) {
 				<-ctx.Done()
 				close(cancelled)
 				return imagecache.Result{}, ctx.Err()
@@ -326,4 +327,37 @@ func defaultGrant(t *testing.T) hostgrants.Grant {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// The queue's message gives the place and the limits, and names no job.
+func TestQueuedCondition(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		place  int
+		wait   int
+		limits publishqueue.Limits
+		want   string
+	}{
+		"BothLimits": {
+			reason: "place, count and both limits",
+			place:  2, wait: 5, limits: publishqueue.Limits{Total: 16, PerHost: 4},
+			want: "waiting to publish: place 2 of 5 publish jobs waiting, first come first served (the provider publishes at most 16 at once, at most 4 per host)",
+		},
+		"NoHostLimit": {
+			reason: "a limit that is not set is said so",
+			place:  1, wait: 1, limits: publishqueue.Limits{Total: 3},
+			want: "waiting to publish: place 1 of 1 publish jobs waiting, first come first served (the provider publishes at most 3 at once, at most any number per host)",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := queuedCondition(tc.place, tc.wait, tc.limits)
+			if diff := cmp.Diff(tc.want, c.Message); diff != "" {
+				t.Errorf("%s\nmessage: -want, +got:\n%s", tc.reason, diff)
+			}
+			if c.Reason != ReasonQueued || c.Status != "False" {
+				t.Errorf("%s\ncondition %s %s, want False %s", tc.reason, c.Status, c.Reason, ReasonQueued)
+			}
+		})
+	}
 }

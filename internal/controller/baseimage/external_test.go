@@ -2,6 +2,7 @@ package baseimage
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/hostgrants"
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+	"github.com/provider-kvm/provider-kvm/internal/publishqueue"
 )
 
 // fakeCache is a Cache made of function fields; a nil field fails the test if called.
@@ -136,7 +138,7 @@ func withOwn(img imagecache.Image, s *imagecache.Source) imagecache.Image {
 func newExternal(c Cache) *external {
 	d := v1alpha1.HostDefaults{Pool: "default"}
 	g, _ := hostgrants.For("ClusterProviderConfig/default", v1alpha1.ProviderConfigSpec{Defaults: d}, hostgrants.Namespace{Name: "ns"}, false)
-	return &external{jobs: newJobs(nil), recorder: event.NewNopRecorder(), defaults: d, grant: g, cache: c, now: time.Now}
+	return &external{jobs: newJobs(nil, nil), recorder: event.NewNopRecorder(), defaults: d, grant: g, cache: c, now: time.Now}
 }
 
 // result is what the Observe tests compare.
@@ -263,7 +265,7 @@ func TestObserve(t *testing.T) {
 				}}
 			},
 			job: func(e *external) {
-				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, "", src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 					return imagecache.Result{}, &imagecache.OwnedByOtherError{Volume: volume}
 				})
 				<-j.done
@@ -288,12 +290,38 @@ func TestObserve(t *testing.T) {
 			},
 			job: func(e *external) {
 				block := make(chan struct{})
-				e.jobs.start(types.UID(uid), types.NamespacedName{}, src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				e.jobs.start(types.UID(uid), types.NamespacedName{}, "", src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 					<-block
 					return imagecache.Result{}, nil
 				})
 			},
 			want: result{Obs: managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, Ready: string(xpv2.ReasonCreating), Upload: true},
+		},
+		"Queued": {
+			reason: "a job waiting for its turn in the publish queue says so, with its place, and is up to date",
+			cr:     image(),
+			cache: func(t *testing.T) *fakeCache {
+				return &fakeCache{t: t, lookupVolume: func(string, string) (imagecache.Image, error) {
+					return imagecache.Image{State: imagecache.StateDebris}, nil
+				}}
+			},
+			job: func(e *external) {
+				e.jobs = newJobs(publishqueue.New(publishqueue.Limits{Total: 1}), nil)
+				block := make(chan struct{})
+				blocked := func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+					<-block
+					return imagecache.Result{}, nil
+				}
+				entered := func(j *job) *job {
+					for j.ticket.Load() == nil { // it enters the queue in its goroutine
+						runtime.Gosched()
+					}
+					return j
+				}
+				entered(e.jobs.start("uid-of-another", types.NamespacedName{}, "h", src, e.policy, blocked))
+				entered(e.jobs.start(types.UID(uid), types.NamespacedName{}, "h", src, e.policy, blocked))
+			},
+			want: result{Obs: managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: true}, Ready: string(ReasonQueued)},
 		},
 		"JobOfEarlierSource": {
 			reason: "a job for another source is not this one's: publish again",
@@ -304,7 +332,7 @@ func TestObserve(t *testing.T) {
 				}}
 			},
 			job: func(e *external) {
-				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, imagecache.Source{URL: "https://example.org/old.qcow2"}, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, "", imagecache.Source{URL: "https://example.org/old.qcow2"}, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 					return imagecache.Result{}, nil
 				})
 				<-j.done
@@ -320,7 +348,7 @@ func TestObserve(t *testing.T) {
 				}}
 			},
 			job: func(e *external) {
-				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, "", src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 					return imagecache.Result{}, errBoom
 				})
 				<-j.done
@@ -337,7 +365,7 @@ func TestObserve(t *testing.T) {
 				}}
 			},
 			job: func(e *external) {
-				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
+				j := e.jobs.start(types.UID(uid), types.NamespacedName{}, "", src, e.policy, func(context.Context, imagecache.ProgressFunc) (imagecache.Result, error) {
 					return imagecache.Result{}, errBoom
 				})
 				<-j.done

@@ -8,7 +8,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
+
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+	"github.com/provider-kvm/provider-kvm/internal/publishqueue"
 )
 
 // A job publishes one image in the background. Uploads of cloud images take minutes, far
@@ -29,6 +32,8 @@ type job struct {
 	lastErr error
 
 	bytesDone, bytesTotal atomic.Int64
+	// ticket is the job's place in the publish queue, once it entered it.
+	ticket atomic.Pointer[publishqueue.Ticket]
 
 	// Set before done is closed.
 	result     imagecache.Result
@@ -45,17 +50,33 @@ func (j *job) finished() bool {
 	}
 }
 
+// queued tells whether j waits in the publish queue, and its place among the jobs waiting
+// (1 is next) and how many wait in all.
+func (j *job) queued() (bool, int, int) {
+	t := j.ticket.Load()
+	if t == nil {
+		return false, 0, 0 // not in the queue yet: waiting for the job it replaces
+	}
+	admitted, place, waiting := t.Position()
+	return !admitted && place > 0, place, waiting
+}
+
 // jobs tracks the running or last finished job of each BaseImage, by UID.
 type jobs struct {
 	mu sync.Mutex
 	m  map[types.UID]*job
-	// finished is told the BaseImage of every job that ends, so that it is observed at once
-	// rather than at its next poll; nil tells nobody.
+	// finished is told the BaseImage of every job that ends, or that leaves the publish queue
+	// to start, so that it is observed at once rather than at its next poll; nil tells nobody.
 	finished func(types.NamespacedName)
+	// queue bounds how many jobs publish at once, in all and per host.
+	queue *publishqueue.Queue
 }
 
-func newJobs(finished func(types.NamespacedName)) *jobs {
-	return &jobs{m: map[types.UID]*job{}, finished: finished}
+func newJobs(q *publishqueue.Queue, finished func(types.NamespacedName)) *jobs {
+	if q == nil {
+		q = publishqueue.New(publishqueue.Limits{})
+	}
+	return &jobs{m: map[types.UID]*job{}, finished: finished, queue: q}
 }
 
 func (js *jobs) get(uid types.UID) *job {
@@ -64,11 +85,12 @@ func (js *jobs) get(uid types.UID) *job {
 	return js.m[uid]
 }
 
-// start runs publish for uid (the BaseImage nn) unless a job for the same source and policy is already
+// start runs publish for uid (the BaseImage nn) against host unless a job for the same source and policy is already
 // running. A job for another source (the spec was edited) or policy (the config's
 // imageSources were) is cancelled first. A job that replaces a failed one of the same source
-// and policy counts as its next attempt (see retryDelay).
-func (js *jobs) start(uid types.UID, nn types.NamespacedName, src imagecache.Source, policy string, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) *job {
+// and policy counts as its next attempt (see retryDelay). The job waits its turn in the
+// publish queue first; uploadTimeout counts from its start, not from its arrival.
+func (js *jobs) start(uid types.UID, nn types.NamespacedName, host string, src imagecache.Source, policy string, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) *job {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	var prev *job
@@ -83,7 +105,7 @@ func (js *jobs) start(uid types.UID, nn types.NamespacedName, src imagecache.Sou
 			attempt, lastErr = j.attempt+1, j.err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
+	qctx, cancel := context.WithCancel(context.Background())
 	j := &job{nn: nn, src: src, policy: policy, cancel: cancel, done: make(chan struct{}), attempt: attempt, lastErr: lastErr}
 	js.m[uid] = j
 	go func() {
@@ -93,13 +115,10 @@ func (js *jobs) start(uid types.UID, nn types.NamespacedName, src imagecache.Sou
 			// BaseImage's next publish (maybe of the same volume) starts after that.
 			select {
 			case <-prev.done:
-			case <-ctx.Done():
+			case <-qctx.Done():
 			}
 		}
-		j.result, j.err = publish(ctx, func(done, total int64) {
-			j.bytesDone.Store(done)
-			j.bytesTotal.Store(total)
-		})
+		j.result, j.err = js.run(qctx, j, host, publish)
 		j.finishedAt = time.Now()
 		close(j.done)
 		if js.finished != nil {
@@ -108,6 +127,30 @@ func (js *jobs) start(uid types.UID, nn types.NamespacedName, src imagecache.Sou
 	}()
 	return j
 }
+
+// run waits for j's turn in the publish queue (until ctx ends), then publishes within
+// uploadTimeout and frees its place.
+func (js *jobs) run(ctx context.Context, j *job, host string, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) (imagecache.Result, error) {
+	t := js.queue.Enter(host, func() {
+		if js.finished != nil {
+			js.finished(j.nn) // out of the queue: Observe says it publishes now
+		}
+	})
+	j.ticket.Store(t)
+	defer t.Done()
+	if err := t.Wait(ctx); err != nil {
+		return imagecache.Result{}, errors.Wrap(err, errQueueLeft)
+	}
+	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
+	defer cancel()
+	return publish(ctx, func(done, total int64) {
+		j.bytesDone.Store(done)
+		j.bytesTotal.Store(total)
+	})
+}
+
+// errQueueLeft: a job cancelled while it waited in the publish queue.
+const errQueueLeft = "left the publish queue before its turn"
 
 // forget cancels and drops uid's job.
 func (js *jobs) forget(uid types.UID) {

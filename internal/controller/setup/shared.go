@@ -3,6 +3,7 @@ package setup
 import (
 	"github.com/provider-kvm/provider-kvm/internal/imagecache"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
+	"github.com/provider-kvm/provider-kvm/internal/publishqueue"
 	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 )
 
@@ -18,6 +19,9 @@ type Shared struct {
 	// source policy namespaced ProviderConfigs narrow, and whether BaseImages must pin a
 	// sha256.
 	Platform sourcepolicy.Platform
+	// PublishLimits bound the BaseImage publish jobs that run at once, in all and per host
+	// (--max-publish-jobs, --max-publish-jobs-per-host); zero: no limit.
+	PublishLimits publishqueue.Limits
 }
 
 // NewShared returns the state of one process, with the platform's settings pl (at most one;
