@@ -51,6 +51,7 @@ func main() {
 
 		namespacedSources = app.Flag("namespaced-image-sources", "YAML file of an imageSources policy (as in a ClusterProviderConfig's spec.imageSources) that every namespaced ProviderConfig's imageSources only narrow; its allow rules may lift the denial of private ranges for namespaced configs. Empty: namespaced configs may download from public addresses only.").Default("").String()
 		requireSHA256     = app.Flag("require-image-sha256", "Refuse every BaseImage that does not pin spec.forProvider.source.sha256.").Default("false").Bool()
+		consoleLogInPool  = app.Flag("console-log-in-pool", "Log the serial console of new domains in their storage pool (a directory pool) instead of libvirt's log directory, so that the end of a guest's console is shown, secrets withheld, in an event on a KVMDomain that is not Ready after 5 minutes.").Default("false").Bool()
 
 		enableManagementPolicies = app.Flag("enable-management-policies", "Honour spec.managementPolicies (e.g. Observe-only imports).").Default("true").Envar("ENABLE_MANAGEMENT_POLICIES").Bool()
 	)
@@ -126,7 +127,7 @@ func main() {
 	conns := host.NewConnections(host.WithLogger(log.WithValues("component", "host-connections")), host.WithOnLibvirt(events.Attach))
 	defer conns.Close() //nolint:errcheck // Best effort at exit.
 
-	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, platform), "Cannot set up provider-kvm controllers")
+	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, platform, *consoleLogInPool), "Cannot set up provider-kvm controllers")
 	kingpin.FatalIfError(mgr.Start(ctrl.SetupSignalHandler()), "Cannot start controller manager")
 }
 

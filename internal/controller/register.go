@@ -25,12 +25,14 @@ import (
 // controllers share one process state (setup.NewShared): the libvirt clients' pool locks and
 // domain handles, and the image cache state whose base locks order a base image's removal
 // against the creation of overlays onto it.
-// platform is what the provider's flags set for every host config (sourcepolicy.Platform).
-func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher, platform sourcepolicy.Platform) error {
+// platform is what the provider's flags set for every host config (sourcepolicy.Platform);
+// consoleLogInPool is --console-log-in-pool (setup.Shared.ConsoleLogInPool).
+func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections, events *domainevents.Watcher, platform sourcepolicy.Platform, consoleLogInPool bool) error {
 	if err := config.Setup(mgr, o); err != nil {
 		return err
 	}
 	shared := setup.NewShared(platform)
+	shared.ConsoleLogInPool = consoleLogInPool
 	if err := baseimage.Setup(mgr, o, conns, shared); err != nil {
 		return err
 	}

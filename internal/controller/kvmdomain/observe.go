@@ -126,6 +126,9 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	}
 	agentAsked := e.observeGuest(ctx, cr, name, d)
 	setDomainConditions(cr, d, agentAsked)
+	if !imported {
+		e.showConsoleTail(ctx, cr, t, d)
+	}
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
 		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
 	}}, nil

@@ -18,6 +18,10 @@ type Shared struct {
 	// source policy namespaced ProviderConfigs narrow, and whether BaseImages must pin a
 	// sha256.
 	Platform sourcepolicy.Platform
+	// ConsoleLogInPool logs new domains' serial consoles in their storage pool (a directory
+	// pool), where the provider reads their end for a guest that is not Ready (the
+	// --console-log-in-pool flag); else in libvirt's log directory.
+	ConsoleLogInPool bool
 }
 
 // NewShared returns the state of one process, with the platform's settings pl (at most one;
