@@ -4,6 +4,7 @@ package main
 
 import (
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,11 +15,13 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/gate"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
@@ -48,6 +51,7 @@ func main() {
 		pollStateMetric  = app.Flag("poll-state-metric", "How often the managed resource state metrics are recorded.").Default("5s").Duration()
 		maxReconcileRate = app.Flag("max-reconcile-rate", "The global maximum rate per second of reconciles, and the number of concurrent reconciles per controller.").Default("10").Int()
 		metricsAddr      = app.Flag("metrics-bind-address", "Address the Prometheus metrics endpoint binds to; 0 disables it.").Default(":8080").String()
+		healthAddr       = app.Flag("health-probe-bind-address", "Address /healthz and /readyz bind to (liveness: the process answers; readiness: its caches are synced); 0 disables them.").Default(":8081").String()
 
 		namespacedSources = app.Flag("namespaced-image-sources", "YAML file of an imageSources policy (as in a ClusterProviderConfig's spec.imageSources) that every namespaced ProviderConfig's imageSources only narrow; its allow rules may lift the denial of private ranges for namespaced configs. Empty: namespaced configs may download from public addresses only.").Default("").String()
 		requireSHA256     = app.Flag("require-image-sha256", "Refuse every BaseImage that does not pin spec.forProvider.source.sha256.").Default("false").Bool()
@@ -74,8 +78,9 @@ func main() {
 		Cache: cache.Options{SyncPeriod: syncInterval},
 		// Secrets are read from the API server, never cached: no informer on every Secret of
 		// the cluster (decision 48).
-		Client:  setup.ClientOptions(),
-		Metrics: metricsserver.Options{BindAddress: *metricsAddr},
+		Client:                 setup.ClientOptions(),
+		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress: *healthAddr,
 
 		// Leases only, with long durations: renewals under heavy reconcile load have been
 		// observed to miss the default 10 s deadline.
@@ -89,6 +94,14 @@ func main() {
 		RenewDeadline:                 func() *time.Duration { d := 50 * time.Second; return &d }(),
 	})
 	kingpin.FatalIfError(err, "Cannot create controller manager")
+	kingpin.FatalIfError(mgr.AddHealthzCheck("ping", healthz.Ping), "Cannot add the liveness check")
+	kingpin.FatalIfError(mgr.AddReadyzCheck("caches", func(req *http.Request) error {
+		// Ready once the informers have synced; the probe's own timeout bounds the wait.
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}), "Cannot add the readiness check")
 	kingpin.FatalIfError(apis.AddToScheme(mgr.GetScheme()), "Cannot add provider-kvm APIs to scheme")
 	kingpin.FatalIfError(apiextensionsv1.AddToScheme(mgr.GetScheme()), "Cannot add CustomResourceDefinition to scheme")
 
