@@ -179,6 +179,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		prev = old.Host.Orphans
 	}
 	stage, addr, hs, err := r.read(ctx, obj, spec, prev)
+	if err == nil {
+		err = Missing(hs, spec.Defaults.Pool) // the host answers, but lacks what the provider needs
+	}
 	cond := Condition(stage, err)
 	*st = Next(old, spec.Unschedulable, addr, cond, hs)
 	if err := r.kube.Status().Update(ctx, obj); err != nil {
