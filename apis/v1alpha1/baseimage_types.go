@@ -148,12 +148,13 @@ type BaseImageStatus struct {
 // by sha256. KVMDomains boot from copy-on-write overlays backed by it.
 // +kubebuilder:printcolumn:name="READY",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
 // +kubebuilder:printcolumn:name="SYNCED",type="string",JSONPath=".status.conditions[?(@.type=='Synced')].status"
+// +kubebuilder:printcolumn:name="HOST",type="string",JSONPath=".spec.providerConfigRef.name"
 // +kubebuilder:printcolumn:name="EXTERNAL-NAME",type="string",JSONPath=".metadata.annotations.crossplane\\.io/external-name"
 // +kubebuilder:printcolumn:name="VERIFIED",type="boolean",JSONPath=".status.atProvider.verified"
 // +kubebuilder:printcolumn:name="SIZE",type="integer",JSONPath=".status.atProvider.sizeBytes",priority=1
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,kvm}
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,kvm},shortName=kvmimg
 type BaseImage struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -291,12 +291,13 @@ type KVMDomainStatus struct {
 // a BaseImage, and a SeedVolume is attached as a cdrom for cloud-init.
 // +kubebuilder:printcolumn:name="READY",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
 // +kubebuilder:printcolumn:name="SYNCED",type="string",JSONPath=".status.conditions[?(@.type=='Synced')].status"
+// +kubebuilder:printcolumn:name="HOST",type="string",JSONPath=".spec.providerConfigRef.name"
 // +kubebuilder:printcolumn:name="EXTERNAL-NAME",type="string",JSONPath=".metadata.annotations.crossplane\\.io/external-name"
 // +kubebuilder:printcolumn:name="STATE",type="string",JSONPath=".status.atProvider.state"
 // +kubebuilder:printcolumn:name="IP",type="string",JSONPath=".status.atProvider.ipv4"
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,kvm}
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,kvm},shortName=kvmd
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 150",message="metadata.name must be at most 150 characters: the names of its files on the host are derived from namespace (up to 63) and name, and a file name has at most 255 bytes"
 type KVMDomain struct {
 	metav1.TypeMeta   `json:",inline"`

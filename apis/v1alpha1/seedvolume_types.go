@@ -132,10 +132,11 @@ type SeedVolumeStatus struct {
 // and uploaded to a storage pool as a raw volume. A KVMDomain attaches it as a cdrom.
 // +kubebuilder:printcolumn:name="READY",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
 // +kubebuilder:printcolumn:name="SYNCED",type="string",JSONPath=".status.conditions[?(@.type=='Synced')].status"
+// +kubebuilder:printcolumn:name="HOST",type="string",JSONPath=".spec.providerConfigRef.name"
 // +kubebuilder:printcolumn:name="EXTERNAL-NAME",type="string",JSONPath=".metadata.annotations.crossplane\\.io/external-name"
 // +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,kvm}
+// +kubebuilder:resource:scope=Namespaced,categories={crossplane,managed,kvm},shortName=kvmseed
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 150",message="metadata.name must be at most 150 characters: the names of its files on the host are derived from namespace (up to 63) and name, and a file name has at most 255 bytes"
 type SeedVolume struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -4,6 +4,7 @@ package main
 
 import (
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,11 +16,13 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
+	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/feature"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/gate"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/logging"
@@ -51,9 +54,11 @@ func main() {
 		pollStateMetric  = app.Flag("poll-state-metric", "How often the managed resource state metrics are recorded.").Default("5s").Duration()
 		maxReconcileRate = app.Flag("max-reconcile-rate", "The global maximum rate per second of reconciles, and the number of concurrent reconciles per controller.").Default("10").Int()
 		metricsAddr      = app.Flag("metrics-bind-address", "Address the Prometheus metrics endpoint binds to; 0 disables it.").Default(":8080").String()
+		healthAddr       = app.Flag("health-probe-bind-address", "Address /healthz and /readyz bind to (liveness: the process answers; readiness: its caches are synced); 0 disables them.").Default(":8081").String()
 
 		namespacedSources = app.Flag("namespaced-image-sources", "YAML file of an imageSources policy (as in a ClusterProviderConfig's spec.imageSources) that every namespaced ProviderConfig's imageSources only narrow; its allow rules may lift the denial of private ranges for namespaced configs. Empty: namespaced configs may download from public addresses only.").Default("").String()
 		requireSHA256     = app.Flag("require-image-sha256", "Refuse every BaseImage that does not pin spec.forProvider.source.sha256.").Default("false").Bool()
+		consoleLogInPool  = app.Flag("console-log-in-pool", "Log the serial console of new domains in their storage pool (a directory pool) instead of libvirt's log directory, so that the end of a guest's console is shown, secrets withheld, in an event on a KVMDomain that is not Ready after 5 minutes.").Default("false").Bool()
 
 		maxPublishJobs        = app.Flag("max-publish-jobs", "How many BaseImage publish jobs (download and upload) run at once in the provider; the others wait their turn, first come first served. 0: no limit.").Default("16").Int()
 		maxPublishJobsPerHost = app.Flag("max-publish-jobs-per-host", "How many BaseImage publish jobs run at once against one host. 0: no limit.").Default("4").Int()
@@ -81,8 +86,9 @@ func main() {
 		Cache: cache.Options{SyncPeriod: syncInterval},
 		// Secrets are read from the API server, never cached: no informer on every Secret of
 		// the cluster (decision 48).
-		Client:  setup.ClientOptions(),
-		Metrics: metricsserver.Options{BindAddress: *metricsAddr},
+		Client:                 setup.ClientOptions(),
+		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress: *healthAddr,
 
 		// Leases only, with long durations: renewals under heavy reconcile load have been
 		// observed to miss the default 10 s deadline.
@@ -96,6 +102,14 @@ func main() {
 		RenewDeadline:                 func() *time.Duration { d := 50 * time.Second; return &d }(),
 	})
 	kingpin.FatalIfError(err, "Cannot create controller manager")
+	kingpin.FatalIfError(mgr.AddHealthzCheck("ping", healthz.Ping), "Cannot add the liveness check")
+	kingpin.FatalIfError(mgr.AddReadyzCheck("caches", func(req *http.Request) error {
+		// Ready once the informers have synced; the probe's own timeout bounds the wait.
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}), "Cannot add the readiness check")
 	kingpin.FatalIfError(apis.AddToScheme(mgr.GetScheme()), "Cannot add provider-kvm APIs to scheme")
 	kingpin.FatalIfError(apiextensionsv1.AddToScheme(mgr.GetScheme()), "Cannot add CustomResourceDefinition to scheme")
 
@@ -137,6 +151,7 @@ func main() {
 	shared := setup.NewShared(platform)
 	shared.Images = imagecache.NewShared(imagecache.WithMinThroughput(imagecache.Throughput{Bytes: *claimMinBytes, Window: *claimMinWindow}))
 	shared.PublishLimits = publishqueue.Limits{Total: *maxPublishJobs, PerHost: *maxPublishJobsPerHost}
+	shared.ConsoleLogInPool = *consoleLogInPool
 	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, shared), "Cannot set up provider-kvm controllers")
 	kingpin.FatalIfError(mgr.Start(ctrl.SetupSignalHandler()), "Cannot start controller manager")
 }

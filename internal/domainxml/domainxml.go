@@ -392,3 +392,16 @@ func AttachmentOf(domainXML, mac string) (network, bridge string, err error) {
 	}
 	return "", "", nil
 }
+
+// ConsoleLogOf returns the file the domain's first serial console is logged to on the host,
+// or "" when it logs to none.
+func ConsoleLogOf(domainXML string) (string, error) {
+	d := &libvirtxml.Domain{}
+	if err := d.Unmarshal(domainXML); err != nil {
+		return "", errors.Wrap(err, errUnmarshal)
+	}
+	if d.Devices == nil || len(d.Devices.Serials) == 0 || d.Devices.Serials[0].Log == nil {
+		return "", nil
+	}
+	return d.Devices.Serials[0].Log.File, nil
+}

@@ -144,6 +144,8 @@ func (f *Function) composeGenerations(in rollIn, rsp *fnv1.RunFunctionResponse) 
 		return errors.Wrap(err, "cannot set the desired composed resources")
 	}
 
+	// ProxyReady follows the generation that serves: a Proxy being updated still answers.
+	proxyReady(rsp, sec.phase, sec.message)
 	status := map[string]any{"phase": sec.phase, "message": sec.message, "secretName": in.n.Secret, "host": sec.def.Host,
 		"generation": pl.compose[0].id}
 	if pl.from != nil {

@@ -178,6 +178,36 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	return nil
 }
 
+// ConditionProxyReady is the condition the function sets on the Proxy (and its claim): True
+// once squid answers through it, else False with the phase as its reason and, as its message,
+// what blocks it (the blocking resource's own message). Crossplane reserves Ready and Synced
+// for itself and drops them when a function sets them, so this is the one to wait for:
+// `kubectl wait proxy/web --for=condition=ProxyReady`. Crossplane's own Ready says which
+// composed resources are not ready; Synced=False carries a refused spec (a fatal result).
+const ConditionProxyReady = "ProxyReady"
+
+// proxyReady sets ConditionProxyReady for phase and message.
+func proxyReady(rsp *fnv1.RunFunctionResponse, phase, message string) {
+	if phase == PhaseReady {
+		response.ConditionTrue(rsp, ConditionProxyReady, phase).WithMessage("squid answers through the proxy").TargetCompositeAndClaim()
+		return
+	}
+	if message == "" {
+		message = phaseMessages[phase]
+	}
+	response.ConditionFalse(rsp, ConditionProxyReady, phase).WithMessage(message).TargetCompositeAndClaim()
+}
+
+// phaseMessages say what a phase means when the blocking resource said nothing.
+var phaseMessages = map[string]string{
+	PhaseCreating: "the VM and its inputs are being created on the host",
+	PhaseBooting:  "the VM runs; its guest has no address yet",
+	PhaseProbing:  "the guest has an address; squid does not answer through it yet",
+	PhaseStopped:  "the VM is shut off",
+	PhaseError:    "the KVMDomain cannot be reconciled: see its Synced condition",
+	PhasePending:  "no host chosen yet",
+}
+
 // unplaced answers for a Proxy without a host yet: nothing is composed (what earlier steps
 // desire is kept), status says why (phase Pending), and so does the Placed condition; when no
 // host fits, a warning (an event on the Proxy) too. The XR is said not ready: with nothing
@@ -193,6 +223,7 @@ func unplaced(rsp *fnv1.RunFunctionResponse, dxr *resource.Composite, w where, n
 	if err := response.SetDesiredCompositeResource(rsp, dxr); err != nil {
 		return errors.Wrap(err, "cannot set the desired composite resource")
 	}
+	proxyReady(rsp, PhasePending, w.message)
 	if w.reason == ReasonChoosing {
 		response.ConditionUnknown(rsp, ConditionPlaced, w.reason).WithMessage(w.message).TargetCompositeAndClaim()
 		return nil

@@ -1,25 +1,22 @@
 package host
 
 import (
-	"bytes"
-	"crypto/hmac"
-	"crypto/sha1" //nolint:gosec // known_hosts hashing is defined as HMAC-SHA1.
-	"encoding/base64"
 	"io"
 	"net"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 const (
 	errParseKnownHosts = "cannot parse known_hosts data"
 
-	markerRevoked = "revoked"
-	markerCA      = "cert-authority"
-	hashMagic     = "|1|"
+	markerCA = "cert-authority"
 )
 
 // HostKeyReason tells why a host key was refused.
@@ -33,6 +30,8 @@ const (
 	HostKeyMismatch HostKeyReason = "Mismatch"
 	// HostKeyRevoked means the presented key is marked @revoked.
 	HostKeyRevoked HostKeyReason = "Revoked"
+	// HostKeyCertificate means the server presented a certificate that was refused.
+	HostKeyCertificate HostKeyReason = "Certificate"
 )
 
 // HostKeyError is returned when an SSH server's host key is not accepted.
@@ -47,6 +46,8 @@ type HostKeyError struct {
 	// Known lists the keys known_hosts pins for Host (type and SHA256
 	// fingerprint); empty when the host is unknown.
 	Known []string
+	// Detail says why a certificate was refused.
+	Detail string `json:",omitempty"`
 }
 
 // Error names the host and both fingerprints.
@@ -57,6 +58,8 @@ func (e *HostKeyError) Error() string {
 			", known_hosts expects " + strings.Join(e.Known, " or ")
 	case HostKeyRevoked:
 		return "host key of " + e.Host + " is revoked in known_hosts: server presented " + e.Presented
+	case HostKeyCertificate:
+		return "host certificate of " + e.Host + " refused: " + e.Detail
 	default:
 		return "host key of " + e.Host + " is unknown: server presented " + e.Presented +
 			", no known_hosts entry matches " + e.Host + " (no trust on first use: add the key to known_hosts)"
@@ -70,32 +73,51 @@ func IsHostKeyError(err error) bool {
 	return errors.As(err, &hk)
 }
 
-// knownHost is one parsed known_hosts line.
-type knownHost struct {
-	marker   string
-	patterns []string
-	key      ssh.PublicKey
+// knownHosts is parsed known_hosts data, matched by golang.org/x/crypto/ssh/knownhosts
+// (plain, wildcard, negated and hashed patterns, @revoked, @cert-authority).
+type knownHosts = *knownHostsDB
+
+// knownHostsDB is what knownHosts points to; a nil knownHosts knows no host.
+type knownHostsDB struct {
+	// check is the library's callback; nil when no data was given (every key is unknown).
+	check0 ssh.HostKeyCallback
+	// cas are the keys of @cert-authority lines, to tell them from pinned keys.
+	cas map[string]bool
 }
 
-// knownHosts is parsed known_hosts data, matched in memory.
-type knownHosts []knownHost
-
-// parseKnownHosts parses known_hosts data held in memory.
+// parseKnownHosts parses known_hosts data held in memory. The library reads files only, so
+// the data is handed to it through a pipe (/proc/self/fd): nothing is written to disk, and a
+// read-only root filesystem does not matter.
 func parseKnownHosts(data []byte) (knownHosts, error) {
-	var out knownHosts
-	rest := data
-	for len(rest) > 0 {
-		marker, hosts, key, _, r, err := ssh.ParseKnownHosts(rest)
+	kh := &knownHostsDB{cas: map[string]bool{}}
+	for rest := data; len(rest) > 0; {
+		marker, _, key, _, r, err := ssh.ParseKnownHosts(rest)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return nil, errors.Wrap(err, errParseKnownHosts)
 		}
-		out = append(out, knownHost{marker: marker, patterns: hosts, key: key})
+		if marker == markerCA {
+			kh.cas[string(key.Marshal())] = true
+		}
 		rest = r
 	}
-	return out, nil
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return nil, errors.Wrap(err, errParseKnownHosts)
+	}
+	defer rd.Close() //nolint:errcheck // read side; the library has read it all
+	go func() {
+		_, _ = wr.Write(data)
+		_ = wr.Close()
+	}()
+	cb, err := knownhosts.New("/proc/self/fd/" + strconv.Itoa(int(rd.Fd())))
+	if err != nil {
+		return nil, errors.Wrap(err, errParseKnownHosts)
+	}
+	kh.check0 = cb
+	return kh, nil
 }
 
 // knownHostsName is the name OpenSSH looks up: host for port 22,
@@ -107,73 +129,12 @@ func knownHostsName(host string, port int) string {
 	return "[" + host + "]:" + strconv.Itoa(port)
 }
 
-// matches reports whether a line's host patterns select name: any positive
-// pattern (plain, wildcard or hashed) matches and no negated one does.
-func (k knownHost) matches(name string) bool {
-	ok := false
-	for _, p := range k.patterns {
-		neg := strings.HasPrefix(p, "!")
-		p = strings.TrimPrefix(p, "!")
-		if !patternMatches(p, name) {
-			continue
-		}
-		if neg {
-			return false
-		}
-		ok = true
+// address turns a known_hosts name back into host:port, the form the library takes.
+func address(name string) string {
+	if h, p, err := net.SplitHostPort(name); err == nil && strings.HasPrefix(name, "[") {
+		return net.JoinHostPort(h, p)
 	}
-	return ok
-}
-
-func patternMatches(pattern, name string) bool {
-	if strings.HasPrefix(pattern, hashMagic) {
-		return hashedMatches(pattern, name)
-	}
-	return wildcardMatch(strings.ToLower(pattern), strings.ToLower(name))
-}
-
-// hashedMatches checks a |1|salt|hash pattern: hash = HMAC-SHA1(salt, name).
-func hashedMatches(pattern, name string) bool {
-	parts := strings.Split(strings.TrimPrefix(pattern, hashMagic), "|")
-	if len(parts) != 2 {
-		return false
-	}
-	salt, err := base64.StdEncoding.DecodeString(parts[0])
-	if err != nil {
-		return false
-	}
-	want, err := base64.StdEncoding.DecodeString(parts[1])
-	if err != nil {
-		return false
-	}
-	mac := hmac.New(sha1.New, salt)
-	mac.Write([]byte(name))
-	return hmac.Equal(mac.Sum(nil), want)
-}
-
-// wildcardMatch matches OpenSSH host patterns: '*' any run, '?' one byte.
-func wildcardMatch(p, s string) bool {
-	for len(p) > 0 {
-		switch p[0] {
-		case '*':
-			for i := 0; i <= len(s); i++ {
-				if wildcardMatch(p[1:], s[i:]) {
-					return true
-				}
-			}
-			return false
-		case '?':
-			if len(s) == 0 {
-				return false
-			}
-		default:
-			if len(s) == 0 || s[0] != p[0] {
-				return false
-			}
-		}
-		p, s = p[1:], s[1:]
-	}
-	return len(s) == 0
+	return net.JoinHostPort(name, strconv.Itoa(DefaultPort))
 }
 
 // keyString is "TYPE SHA256:fingerprint".
@@ -181,61 +142,79 @@ func keyString(k ssh.PublicKey) string {
 	return k.Type() + " " + ssh.FingerprintSHA256(k)
 }
 
-// check verifies key for name; @cert-authority lines are not supported and
-// ignored.
-func (kh knownHosts) check(name string, key ssh.PublicKey) error {
-	presented := key.Marshal()
-	var known []string
-	for _, e := range kh {
-		if !e.matches(name) {
-			continue
-		}
-		switch e.marker {
-		case markerRevoked:
-			if bytes.Equal(e.key.Marshal(), presented) {
-				return &HostKeyError{Reason: HostKeyRevoked, Host: name, Presented: keyString(key)}
-			}
-			continue
-		case markerCA:
-			continue
-		}
-		known = append(known, keyString(e.key))
+// lookup runs the library's check of key for name. The library prefers the name it is given
+// over the remote address, so the address dialed (which may differ: a jump, a NAT) is not
+// looked up; a placeholder stands in for it.
+func (kh knownHosts) lookup(name string, key ssh.PublicKey) error {
+	if kh == nil || kh.check0 == nil {
+		return &knownhosts.KeyError{}
 	}
-	for _, e := range kh {
-		if e.marker == "" && e.matches(name) && bytes.Equal(e.key.Marshal(), presented) {
-			return nil
-		}
-	}
-	if len(known) == 0 {
-		return &HostKeyError{Reason: HostKeyUnknown, Host: name, Presented: keyString(key)}
-	}
-	return &HostKeyError{Reason: HostKeyMismatch, Host: name, Presented: keyString(key), Known: known}
+	return kh.check0(address(name), &net.TCPAddr{IP: net.IPv4zero, Port: DefaultPort}, key)
 }
 
+// check verifies key for name, and says why a key is refused in a HostKeyError.
+func (kh knownHosts) check(name string, key ssh.PublicKey) error {
+	err := kh.lookup(name, key)
+	if err == nil {
+		return nil
+	}
+	var ke *knownhosts.KeyError
+	var re *knownhosts.RevokedError
+	switch {
+	case errors.As(err, &re):
+		return &HostKeyError{Reason: HostKeyRevoked, Host: name, Presented: keyString(key)}
+	case errors.As(err, &ke) && len(ke.Want) == 0:
+		return &HostKeyError{Reason: HostKeyUnknown, Host: name, Presented: keyString(key)}
+	case errors.As(err, &ke):
+		known := make([]string, 0, len(ke.Want))
+		for _, w := range ke.Want {
+			known = append(known, keyString(w.Key))
+		}
+		return &HostKeyError{Reason: HostKeyMismatch, Host: name, Presented: keyString(key), Known: known}
+	}
+	// A certificate refused (expired, wrong principal, not signed by a known authority).
+	return &HostKeyError{Reason: HostKeyCertificate, Host: name, Presented: keyString(key), Detail: err.Error()}
+}
+
+// placeholderKey is a key no known_hosts pins: looking it up lists the keys pinned for a name.
+var placeholderKey ssh.PublicKey = placeholder{}
+
+type placeholder struct{}
+
+func (placeholder) Type() string                        { return "placeholder" }
+func (placeholder) Marshal() []byte                     { return []byte("provider-kvm placeholder key") }
+func (placeholder) Verify([]byte, *ssh.Signature) error { return errors.New("placeholder") }
+
 // algorithms lists host key algorithms for the keys pinned for name, so the
-// server presents a key we know. Nil lets the SSH library choose.
+// server presents a key we know: certificate algorithms first when an @cert-authority line
+// covers name. Nil lets the SSH library choose.
 func (kh knownHosts) algorithms(name string) []string {
+	var ke *knownhosts.KeyError
+	if !errors.As(kh.lookup(name, placeholderKey), &ke) {
+		return nil
+	}
 	var out []string
 	add := func(a ...string) {
 		for _, x := range a {
-			found := false
-			for _, y := range out {
-				found = found || x == y
-			}
-			if !found {
+			if !slices.Contains(out, x) {
 				out = append(out, x)
 			}
 		}
 	}
-	for _, e := range kh {
-		if e.marker != "" || !e.matches(name) {
-			continue
+	for _, w := range ke.Want {
+		if kh != nil && kh.cas[string(w.Key.Marshal())] {
+			add(ssh.CertAlgoED25519v01, ssh.CertAlgoECDSA256v01, ssh.CertAlgoECDSA384v01, ssh.CertAlgoECDSA521v01,
+				ssh.CertAlgoRSASHA512v01, ssh.CertAlgoRSASHA256v01)
 		}
-		if e.key.Type() == ssh.KeyAlgoRSA {
+	}
+	for _, w := range ke.Want {
+		switch {
+		case kh != nil && kh.cas[string(w.Key.Marshal())]:
+		case w.Key.Type() == ssh.KeyAlgoRSA:
 			add(ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
-			continue
+		default:
+			add(w.Key.Type())
 		}
-		add(e.key.Type())
 	}
 	return out
 }

@@ -91,6 +91,8 @@ type DomainStat struct {
 	Handle golibvirt.Domain
 	// Active is true for a running, paused or shutting-down domain.
 	Active bool
+	// State is libvirt's state of the domain, as KVMDomain status names it (StateName).
+	State string
 	// VCPUs the definition gives the guest (vcpu.maximum).
 	VCPUs uint32
 	// MemoryBytes the definition gives the guest (balloon.maximum).
@@ -136,6 +138,7 @@ func domainStat(r golibvirt.DomainStatsRecord) DomainStat {
 		switch p.Field {
 		case "state.state":
 			s := golibvirt.DomainState(v)
+			d.State = StateName(s)
 			d.Active = s != golibvirt.DomainShutoff && s != golibvirt.DomainNostate && s != golibvirt.DomainCrashed
 		case "vcpu.maximum":
 			d.VCPUs = uint32(v)

@@ -30,17 +30,17 @@ func TestDomainStat(t *testing.T) {
 			reason: "a running domain: its maximum vCPUs and memory (KiB to bytes)",
 			params: []golibvirt.TypedParam{p("state.state", int32(golibvirt.DomainRunning)), p("state.reason", int32(1)),
 				p("vcpu.current", uint32(1)), p("vcpu.maximum", uint32(2)), p("balloon.current", uint64(262144)), p("balloon.maximum", uint64(524288))},
-			want: DomainStat{Handle: d, Active: true, VCPUs: 2, MemoryBytes: 512 << 20},
+			want: DomainStat{Handle: d, Active: true, State: StateRunning, VCPUs: 2, MemoryBytes: 512 << 20},
 		},
 		"ShutOff": {
 			reason: "a defined domain is not active",
 			params: []golibvirt.TypedParam{p("state.state", int32(golibvirt.DomainShutoff)), p("vcpu.maximum", uint32(1)), p("balloon.maximum", uint64(1048576))},
-			want:   DomainStat{Handle: d, VCPUs: 1, MemoryBytes: 1 << 30},
+			want:   DomainStat{Handle: d, State: StateShutOff, VCPUs: 1, MemoryBytes: 1 << 30},
 		},
 		"Paused": {
 			reason: "a paused domain holds its memory: active",
 			params: []golibvirt.TypedParam{p("state.state", int32(golibvirt.DomainPaused))},
-			want:   DomainStat{Handle: d, Active: true},
+			want:   DomainStat{Handle: d, Active: true, State: StatePaused},
 		},
 		"OddTypes": {
 			reason: "values of another numeric type, and strings, are read or skipped",

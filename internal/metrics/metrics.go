@@ -16,6 +16,19 @@
 //     config is "ClusterProviderConfig/NAME" or "ProviderConfig/NAMESPACE/NAME".
 //   - provider_kvm_host_orphans_deleted_total{config}: orphans removed through the config
 //     (spec.orphans: Delete).
+//   - provider_kvm_host_domains{config, state, managed}: the host's domains by libvirt state
+//     (Running, ShutOff, Paused, ...), managed "true" for those carrying the provider's
+//     ownership mark; from the config's last host status read.
+//   - provider_kvm_host_pool_bytes{config, pool, figure}: a pool's capacity, allocation and
+//     available bytes (figure), from the same read.
+//   - provider_kvm_host_memory_bytes{config, figure}: the host's total and free memory.
+//   - provider_kvm_reconcile_failures_total{kind, reason}: managed resource reconciles that
+//     failed, by the step's reason (CannotConnectToProvider, CannotObserveExternalResource,
+//     CannotCreateExternalResource, CannotUpdateExternalResource,
+//     CannotDeleteExternalResource), which crossplane-runtime puts in conditions, not in
+//     controller-runtime's error counter.
+//   - provider_kvm_external_seconds{kind, op}: how long Observe, Create, Update and Delete took
+//     (a histogram).
 //
 // Labels never hold secrets: kinds and RPC names are fixed sets, host is host:port or the
 // Unix socket path, config a config's kind and name.
@@ -23,7 +36,9 @@ package metrics
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -37,6 +52,11 @@ const (
 	UnreachableName = "provider_kvm_host_unreachable"
 	OrphansName     = "provider_kvm_host_orphans"
 	OrphansDelName  = "provider_kvm_host_orphans_deleted_total"
+	DomainsName     = "provider_kvm_host_domains"
+	PoolBytesName   = "provider_kvm_host_pool_bytes"
+	MemoryName      = "provider_kvm_host_memory_bytes"
+	FailuresByName  = "provider_kvm_reconcile_failures_total"
+	ExternalName    = "provider_kvm_external_seconds"
 )
 
 // OpConnectOpen is the op label of opening a libvirt connection (go-libvirt's ConnectToURI
@@ -62,6 +82,11 @@ type Counters struct {
 	unreachable *prometheus.GaugeVec
 	orphans     *prometheus.GaugeVec
 	orphansDel  *prometheus.CounterVec
+	domains     *prometheus.GaugeVec
+	poolBytes   *prometheus.GaugeVec
+	memory      *prometheus.GaugeVec
+	reconcile   *prometheus.CounterVec
+	external    *prometheus.HistogramVec
 }
 
 // New returns unregistered counters.
@@ -91,12 +116,34 @@ func New() *Counters {
 			Name: OrphansDelName,
 			Help: "Orphans removed from the host through the config (spec.orphans: Delete).",
 		}, []string{"config"}),
+		domains: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: DomainsName,
+			Help: "The host's domains by libvirt state; managed=true for those carrying the provider's ownership mark (the config's last host status read).",
+		}, []string{"config", "state", "managed"}),
+		poolBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: PoolBytesName,
+			Help: "A storage pool's capacity, allocation and available bytes (the config's last host status read).",
+		}, []string{"config", "pool", "figure"}),
+		memory: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MemoryName,
+			Help: "The host's total and free memory in bytes (the config's last host status read).",
+		}, []string{"config", "figure"}),
+		reconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: FailuresByName,
+			Help: "Managed resource reconciles that failed, by kind and the failed step's reason.",
+		}, []string{"kind", "reason"}),
+		external: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    ExternalName,
+			Help:    "How long the external client's Observe, Create, Update and Delete took, by kind and op.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"kind", "op"}),
 	}
 }
 
 // Register adds the counters to r.
 func (c *Counters) Register(r prometheus.Registerer) error {
-	for _, m := range []prometheus.Collector{c.calls, c.conns, c.failures, c.unreachable, c.orphans, c.orphansDel} {
+	for _, m := range []prometheus.Collector{c.calls, c.conns, c.failures, c.unreachable, c.orphans, c.orphansDel,
+		c.domains, c.poolBytes, c.memory, c.reconcile, c.external} {
 		if err := r.Register(m); err != nil {
 			return err
 		}
@@ -135,6 +182,56 @@ func (c *Counters) OrphansDeleted(config string, n int) {
 	c.orphansDel.WithLabelValues(config).Add(float64(n))
 }
 
+// HostFigures are what one host status read found, for the host gauges.
+type HostFigures struct {
+	// Domains counts the host's domains by state and by whether they are ours.
+	Domains map[DomainKey]int
+	// Pools are, by name, capacity, allocation and available bytes; a missing pool is left out.
+	Pools       map[string][3]uint64
+	MemoryTotal uint64
+	MemoryFree  uint64
+}
+
+// DomainKey is a domain gauge's labels.
+type DomainKey struct {
+	State   string
+	Managed bool
+}
+
+// Host sets the config's host gauges to f, and drops the series of states and pools the read
+// no longer found (a pool no longer used, no domain left Paused).
+func (c *Counters) Host(config string, f HostFigures) {
+	c.domains.DeletePartialMatch(prometheus.Labels{"config": config})
+	for k, n := range f.Domains {
+		c.domains.WithLabelValues(config, k.State, strconv.FormatBool(k.Managed)).Set(float64(n))
+	}
+	c.poolBytes.DeletePartialMatch(prometheus.Labels{"config": config})
+	for p, b := range f.Pools {
+		for i, fig := range []string{"capacity", "allocation", "available"} {
+			c.poolBytes.WithLabelValues(config, p, fig).Set(float64(b[i]))
+		}
+	}
+	c.memory.WithLabelValues(config, "total").Set(float64(f.MemoryTotal))
+	c.memory.WithLabelValues(config, "free").Set(float64(f.MemoryFree))
+}
+
+// ForgetHost drops the config's host gauges (a deleted config).
+func (c *Counters) ForgetHost(config string) {
+	for _, g := range []*prometheus.GaugeVec{c.domains, c.poolBytes, c.memory, c.orphans} {
+		g.DeletePartialMatch(prometheus.Labels{"config": config})
+	}
+}
+
+// ReconcileFailed counts one failed reconcile of kind at the step reason.
+func (c *Counters) ReconcileFailed(kind, reason string) {
+	c.reconcile.WithLabelValues(kind, reason).Inc()
+}
+
+// External records how long op (Observe, Create, Update, Delete) of kind took.
+func (c *Counters) External(kind, op string, d time.Duration) {
+	c.external.WithLabelValues(kind, op).Observe(d.Seconds())
+}
+
 // Default is registered on controller-runtime's metrics registry.
 var Default = New()
 
@@ -160,6 +257,18 @@ func Reachable(host string) { Default.Reachable(host) }
 
 // Orphans sets the orphans of config on Default.
 func Orphans(config string, n int) { Default.Orphans(config, n) }
+
+// Host sets the host gauges of config on Default.
+func Host(config string, f HostFigures) { Default.Host(config, f) }
+
+// ForgetHost drops the host gauges of config on Default.
+func ForgetHost(config string) { Default.ForgetHost(config) }
+
+// ReconcileFailed counts a failed reconcile on Default.
+func ReconcileFailed(kind, reason string) { Default.ReconcileFailed(kind, reason) }
+
+// External records an external client call's duration on Default.
+func External(kind, op string, d time.Duration) { Default.External(kind, op, d) }
 
 // OrphansDeleted counts removed orphans of config on Default.
 func OrphansDeleted(config string, n int) { Default.OrphansDeleted(config, n) }

@@ -96,3 +96,39 @@ provider_kvm_host_orphans_deleted_total{config="ProviderConfig/team-a/own"} 2
 		t.Error(err)
 	}
 }
+
+func TestHostGauges(t *testing.T) {
+	c := New()
+	reg := prometheus.NewRegistry()
+	if err := c.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	c.Host("ClusterProviderConfig/a", HostFigures{
+		Domains: map[DomainKey]int{{State: "Running", Managed: true}: 2, {State: "Paused"}: 1},
+		Pools:   map[string][3]uint64{"default": {100, 40, 60}}, MemoryTotal: 16, MemoryFree: 6,
+	})
+	// A second read that finds no paused domain drops that series.
+	c.Host("ClusterProviderConfig/a", HostFigures{Domains: map[DomainKey]int{{State: "Running", Managed: true}: 3},
+		Pools: map[string][3]uint64{"default": {100, 50, 50}}, MemoryTotal: 16, MemoryFree: 5})
+	want := `
+# HELP provider_kvm_host_domains The host's domains by libvirt state; managed=true for those carrying the provider's ownership mark (the config's last host status read).
+# TYPE provider_kvm_host_domains gauge
+provider_kvm_host_domains{config="ClusterProviderConfig/a",managed="true",state="Running"} 3
+# HELP provider_kvm_host_memory_bytes The host's total and free memory in bytes (the config's last host status read).
+# TYPE provider_kvm_host_memory_bytes gauge
+provider_kvm_host_memory_bytes{config="ClusterProviderConfig/a",figure="free"} 5
+provider_kvm_host_memory_bytes{config="ClusterProviderConfig/a",figure="total"} 16
+# HELP provider_kvm_host_pool_bytes A storage pool's capacity, allocation and available bytes (the config's last host status read).
+# TYPE provider_kvm_host_pool_bytes gauge
+provider_kvm_host_pool_bytes{config="ClusterProviderConfig/a",figure="allocation",pool="default"} 50
+provider_kvm_host_pool_bytes{config="ClusterProviderConfig/a",figure="available",pool="default"} 50
+provider_kvm_host_pool_bytes{config="ClusterProviderConfig/a",figure="capacity",pool="default"} 100
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), DomainsName, MemoryName, PoolBytesName); err != nil {
+		t.Error(err)
+	}
+	c.ForgetHost("ClusterProviderConfig/a")
+	if n, err := testutil.GatherAndCount(reg, DomainsName, MemoryName, PoolBytesName); err != nil || n != 0 {
+		t.Errorf("after ForgetHost: %d series, %v; want none", n, err)
+	}
+}

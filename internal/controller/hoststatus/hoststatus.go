@@ -22,6 +22,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -161,9 +162,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	defer cancel()
 	obj := r.ops.new()
 	if err := r.kube.Get(ctx, req.NamespacedName, obj); err != nil {
+		if kerrors.IsNotFound(err) {
+			metrics.ForgetHost(configLabel(r.ops.kind, req.Namespace, req.Name)) // a deleted config's gauges go with it
+		}
 		return reconcile.Result{}, errors.Wrapf(client.IgnoreNotFound(err), errGet, r.ops.kind)
 	}
 	if meta.WasDeleted(obj) {
+		metrics.ForgetHost(configLabel(r.ops.kind, obj.GetNamespace(), obj.GetName()))
 		return reconcile.Result{}, nil
 	}
 	spec, st := r.ops.spec(obj), r.ops.status(obj)
@@ -174,6 +179,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		prev = old.Host.Orphans
 	}
 	stage, addr, hs, err := r.read(ctx, obj, spec, prev)
+	if err == nil {
+		err = Missing(hs, spec.Defaults.Pool) // the host answers, but lacks what the provider needs
+	}
 	cond := Condition(stage, err)
 	*st = Next(old, spec.Unschedulable, addr, cond, hs)
 	if err := r.kube.Status().Update(ctx, obj); err != nil {
@@ -217,6 +225,7 @@ func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1
 		return StageRead, addr, nil, err
 	}
 	hs := Figures(addr, rd, metav1.Now())
+	metrics.Host(configLabel(r.ops.kind, obj.GetNamespace(), obj.GetName()), Gauges(rd))
 	var images func(imagecache.Liveness) ImageSweeper
 	if r.images != nil {
 		images = func(alive imagecache.Liveness) ImageSweeper { return r.images(conn, res, alive) }

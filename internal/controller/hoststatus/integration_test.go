@@ -206,6 +206,58 @@ func TestHostStatusOnRealHost(t *testing.T) {
 		t.Logf("domains of ours: %d, vCPUs %d", wantN, wantCPU)
 	})
 
+	// The host gauges come from the same read as status.host: they must agree with virsh too.
+	t.Run("GaugesMatchVirsh", func(t *testing.T) {
+		cfg := "ClusterProviderConfig/bed"
+		gauge := func(name string, want map[string]string) (float64, int) {
+			mfs, err := ctrlmetrics.Registry.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum float64
+			var n int
+			for _, mf := range mfs {
+				if mf.GetName() != name {
+					continue
+				}
+			metric:
+				for _, m := range mf.GetMetric() {
+					for k, v := range want {
+						if label(m, k) != v {
+							continue metric
+						}
+					}
+					sum += m.GetGauge().GetValue()
+					n++
+				}
+			}
+			return sum, n
+		}
+		count := func(args ...string) int64 {
+			return int64(len(strings.Fields(virsh(t, append([]string{"list", "--name"}, args...)...))))
+		}
+		controlplane.Eventually(t, 30*time.Second, "the domain gauges match virsh", func() error {
+			all, _ := gauge(metrics.DomainsName, map[string]string{"config": cfg})
+			running, _ := gauge(metrics.DomainsName, map[string]string{"config": cfg, "state": lv.StateRunning})
+			if int64(all) != count("--all") || int64(running) != count("--state-running") {
+				return fmt.Errorf("gauges: %v domains, %v running; virsh: %d, %d", all, running, count("--all"), count("--state-running"))
+			}
+			t.Logf("gauges: %v domains, %v running; virsh: %d, %d", all, running, count("--all"), count("--state-running"))
+			return nil
+		})
+		node := virsh(t, "nodeinfo")
+		total, _ := gauge(metrics.MemoryName, map[string]string{"config": cfg, "figure": "total"})
+		near(t, "gauge memory total KiB", int64(total)/1024, field(t, node, "Memory size"), 0)
+		pi := virsh(t, "pool-info", "--bytes", tb.Pool)
+		capacity, n := gauge(metrics.PoolBytesName, map[string]string{"config": cfg, "pool": tb.Pool, "figure": "capacity"})
+		if n != 1 {
+			t.Fatalf("%d capacity series for pool %s, want 1", n, tb.Pool)
+		}
+		near(t, "gauge pool capacity", int64(capacity), field(t, pi, "Capacity"), 0)
+		avail, _ := gauge(metrics.PoolBytesName, map[string]string{"config": cfg, "pool": tb.Pool, "figure": "available"})
+		near(t, "gauge pool available", int64(avail), field(t, pi, "Available"), 1<<30)
+	})
+
 	t.Run("WrongHostKey", func(t *testing.T) {
 		pub, _, err := ed25519.GenerateKey(rand.Reader)
 		if err != nil {

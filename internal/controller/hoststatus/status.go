@@ -36,6 +36,9 @@ const (
 	ReasonLibvirtUnavailable xpv2.ConditionReason = "LibvirtUnavailable"
 	// ReasonLibvirtError: libvirt failed a call of the read.
 	ReasonLibvirtError xpv2.ConditionReason = "LibvirtError"
+	// ReasonPrerequisiteMissing: the host lacks something the provider needs, named in the
+	// message (a libvirt too old, the default pool, sshd's stream-local forwarding).
+	ReasonPrerequisiteMissing xpv2.ConditionReason = "PrerequisiteMissing"
 )
 
 // Event reasons.
@@ -75,9 +78,17 @@ func Condition(stage Stage, err error) xpv2.Condition {
 		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ReasonHostReady, msgReady
 		return c
 	}
+	if stage != StageConfig {
+		if pe := forwardingRefused(err); pe != nil {
+			err = pe
+		}
+	}
 	c.Message = err.Error()
 	var hk *host.HostKeyError
+	var pe *PrerequisiteError
 	switch {
+	case errors.As(err, &pe):
+		c.Reason = ReasonPrerequisiteMissing
 	case stage == StageConfig:
 		c.Reason = ReasonConfigError
 	case errors.As(err, &hk):

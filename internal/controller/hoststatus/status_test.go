@@ -14,6 +14,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 	"github.com/crossplane/crossplane-runtime/v2/pkg/event"
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/host"
@@ -30,6 +31,7 @@ func TestCondition(t *testing.T) {
 	libvirtDown := &host.LibvirtOpenError{URI: "qemu:///system", Err: errors.New("cannot open libvirt socket /run/libvirt/libvirt-sock: connect failed")}
 	call := errors.New("cannot read the domain statistics of root@h:22: internal error")
 	cfg := errors.New("cannot read the config: Secret kvm-system/key has no key \"id\"")
+	refused := &host.LibvirtOpenError{URI: "qemu:///system", Err: errors.Wrap(&ssh.OpenChannelError{Reason: ssh.Prohibited, Message: "administratively prohibited"}, "cannot open libvirt socket")}
 
 	cond := func(s corev1.ConditionStatus, r xpv2.ConditionReason, msg string) xpv2.Condition {
 		return xpv2.Condition{Type: xpv2.TypeReady, Status: s, Reason: r, Message: msg}
@@ -48,6 +50,10 @@ func TestCondition(t *testing.T) {
 		"Dial":        {reason: "the dial error", stage: StageConnect, err: dial, want: cond(corev1.ConditionFalse, ReasonUnreachable, dial.Error())},
 		"LibvirtDown": {reason: "SSH works, libvirt's socket does not", stage: StageConnect, err: libvirtDown, want: cond(corev1.ConditionFalse, ReasonLibvirtUnavailable, libvirtDown.Error())},
 		"Call":        {reason: "a libvirt call of the read", stage: StageRead, err: call, want: cond(corev1.ConditionFalse, ReasonLibvirtError, call.Error())},
+		"ForwardingRefused": {reason: "sshd refusing the channel to libvirt's socket names the sshd setting", stage: StageConnect, err: refused,
+			want: cond(corev1.ConditionFalse, ReasonPrerequisiteMissing, "missing on the host: SSH stream-local forwarding: sshd refused to forward to libvirt's socket ("+refused.Error()+"): set AllowStreamLocalForwarding yes (and AllowTcpForwarding yes, which readiness probes need) for the provider's user in sshd_config")},
+		"Prerequisite": {reason: "a missing prerequisite found by the read", stage: StageRead, err: &PrerequisiteError{What: "storage pool default", Fix: "define it"},
+			want: cond(corev1.ConditionFalse, ReasonPrerequisiteMissing, "missing on the host: storage pool default: define it")},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -198,6 +204,43 @@ func TestNext(t *testing.T) {
 			}
 			if tc.old.Host != nil && tc.old.Host.Address != "root@old:22" {
 				t.Error("Next() changed the old status")
+			}
+		})
+	}
+}
+
+func TestMissing(t *testing.T) {
+	pool := func(name string, active, missing bool) v1alpha1.HostPool {
+		return v1alpha1.HostPool{Name: name, Active: active, Missing: missing}
+	}
+	cases := map[string]struct {
+		reason string
+		hs     *v1alpha1.HostStatus
+		def    string
+		want   string // "" for none
+	}{
+		"AllThere":  {reason: "a recent libvirt and an active default pool", hs: &v1alpha1.HostStatus{LibvirtVersion: "8.0.0", Pools: []v1alpha1.HostPool{pool("default", true, false)}}},
+		"MinimumOK": {reason: "exactly the minimum", hs: &v1alpha1.HostStatus{LibvirtVersion: "7.2.0", Pools: []v1alpha1.HostPool{pool("default", true, false)}}},
+		"OldLibvirt": {reason: "a libvirt older than the minimum is named", hs: &v1alpha1.HostStatus{LibvirtVersion: "6.0.0", Pools: []v1alpha1.HostPool{pool("default", true, false)}},
+			want: "libvirt 7.2.0"},
+		"PoolMissing": {reason: "the config's default pool does not exist", hs: &v1alpha1.HostStatus{LibvirtVersion: "9.0.0", Pools: []v1alpha1.HostPool{pool("images", false, true)}}, def: "images",
+			want: "storage pool images"},
+		"PoolInactive": {reason: "the default pool exists but is not started", hs: &v1alpha1.HostStatus{LibvirtVersion: "9.0.0", Pools: []v1alpha1.HostPool{pool("default", false, false)}},
+			want: "active storage pool default"},
+		"OtherPoolMissing": {reason: "a pool other than the default is not this check's business", hs: &v1alpha1.HostStatus{LibvirtVersion: "9.0.0", Pools: []v1alpha1.HostPool{pool("default", true, false), pool("x", false, true)}}},
+		"UnknownVersion":   {reason: "a version that does not parse is not called old", hs: &v1alpha1.HostStatus{LibvirtVersion: "", Pools: []v1alpha1.HostPool{pool("default", true, false)}}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var got string
+			var pe *PrerequisiteError
+			if err := Missing(tc.hs, tc.def); errors.As(err, &pe) {
+				got = pe.What
+			} else if err != nil {
+				t.Fatalf("Missing: %v, not a PrerequisiteError", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\nMissing: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}

@@ -131,6 +131,13 @@ func (e *external) Create(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 	if err != nil {
 		return managed.ExternalCreation{}, err
 	}
+	if e.consoleInPool {
+		p, err := e.lv.Pool(ctx, e.target(cr).pool)
+		if err != nil {
+			return managed.ExternalCreation{}, errors.Wrap(err, "cannot look up the pool for the console log")
+		}
+		in.consoleLog = consoleLogFor(true, p, e.target(cr).domain)
+	}
 	x, err := e.spec(cr, in, "")
 	if err != nil {
 		return managed.ExternalCreation{}, err
@@ -206,6 +213,7 @@ func (e *external) resize(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt
 	if err != nil {
 		return err
 	}
+	in.consoleLog, _ = domainxml.ConsoleLogOf(d.InactiveXML) // a redefinition keeps its log
 	x, err := e.spec(cr, in, d.UUID)
 	if err != nil {
 		return err
@@ -267,6 +275,7 @@ func (e *external) respec(ctx context.Context, cr *v1alpha1.KVMDomain, d libvirt
 		in.base = in.base.DeepCopy()
 		in.base.Status.AtProvider.VolumeName = o.BaseVolume
 	}
+	in.consoleLog, _ = domainxml.ConsoleLogOf(d.InactiveXML) // a redefinition keeps its log
 	return e.spec(cr, in, d.UUID)
 }
 

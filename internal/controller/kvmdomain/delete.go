@@ -9,6 +9,7 @@ import (
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+	"github.com/provider-kvm/provider-kvm/internal/domainxml"
 	"github.com/provider-kvm/provider-kvm/internal/faultpoint"
 	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
@@ -33,12 +34,17 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 			faultpoint.Reach(faultpoint.DomainPowerOff)
 			return managed.ExternalDelete{}, errors.Errorf(errWaitShutdown, shutdownGrace)
 		}
+		log, _ := domainxml.ConsoleLogOf(d.InactiveXML)
 		if err := e.lv.UndefineDomain(ctx, name); err != nil && !libvirt.IsNotFound(err) {
 			return managed.ExternalDelete{}, err
 		}
 		faultpoint.Reach(faultpoint.DomainUndefined)
+		e.deleteConsoleLog(ctx, t, log)
 	}
 	e.shutdowns.done(cr.GetUID())
+	if e.tails != nil {
+		e.tails.forget(cr.GetUID())
+	}
 	return managed.ExternalDelete{}, e.deleteOverlay(ctx, cr, t)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/domainxml"
+	"github.com/provider-kvm/provider-kvm/internal/libvirt"
 	"github.com/provider-kvm/provider-kvm/internal/names"
 )
 
@@ -40,6 +41,9 @@ func seedOf(sv *v1alpha1.SeedVolume, defPool string) *domainxml.Volume {
 type inputs struct {
 	base *v1alpha1.BaseImage
 	seed *v1alpha1.SeedVolume
+	// consoleLog is the file the serial console is logged to: an existing domain's own
+	// (respec), a new one's from consoleLogFor; "": libvirt's log directory.
+	consoleLog string
 }
 
 // waitForInputs is Observe's check, for a domain that does not exist yet, that its
@@ -111,7 +115,10 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 		Owner: domainxml.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName(), ProviderConfig: e.source,
 			BaseVolume: in.base.Status.AtProvider.VolumeName},
 	}
-	s.ConsoleLog = "/var/log/libvirt/qemu/" + s.Name + "-console.log"
+	s.ConsoleLog = in.consoleLog
+	if s.ConsoleLog == "" {
+		s.ConsoleLog = consoleLogFor(false, libvirt.Pool{}, s.Name)
+	}
 	if s.Type == "" {
 		s.Type = string(e.defaults.DomainType)
 	}

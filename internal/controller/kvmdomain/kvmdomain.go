@@ -102,6 +102,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 	}
 	probes := probe.NewProber(probe.WithWake(wake))
 	defines := newHostLocks()
+	tails := newConsoleTails()
 	policies := o.Features.Enabled(feature.EnableBetaManagementPolicies)
 	return setup.Gated(mgr, o, setup.Kind[*v1alpha1.KVMDomain]{
 		GroupKind: v1alpha1.KVMDomainGroupKind,
@@ -117,6 +118,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns, probes: probes, defines: defines,
 				conn:    connection.NewForManager(mgr, conns, rec, shared.Libvirt),
 				records: ownership.NewRecords(), images: shared.Images, policies: policies, events: events,
+				tails: tails, consoleInPool: shared.ConsoleLogInPool,
 			}
 		},
 	})
@@ -137,6 +139,10 @@ type connector struct {
 	// events learns which host each KVMDomain is on, so that only that host's domain events
 	// requeue it (nil: no events).
 	events *domainevents.Watcher
+	// tails bounds the console tail events (console.go); consoleInPool logs new domains'
+	// consoles in their pool, where the provider can read them (--console-log-in-pool).
+	tails         *consoleTails
+	consoleInPool bool
 }
 
 // Host is what the external client needs of a libvirt host; *libvirt.Client is one.
@@ -159,6 +165,8 @@ type Host interface {
 	ChangeMedia(ctx context.Context, name, diskXML string) error
 	ResumeDomain(ctx context.Context, name string) error
 	Pool(ctx context.Context, name string) (libvirt.Pool, error)
+	RefreshPool(ctx context.Context, pool string) error
+	VolumeNames(ctx context.Context, pool string) ([]string, error)
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.TypedExternalClient[*v1alpha1.KVMDomain], error) {
@@ -183,6 +191,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
 		policies: c.policies, unschedulable: s.Unschedulable, allocation: s.Allocation, limits: s.Limits,
+		tails: c.tails, consoleInPool: c.consoleInPool,
 	}, nil
 }
 
@@ -217,6 +226,10 @@ type external struct {
 	// gone is called once the resource's deletion found nothing left on the host: what the
 	// process keeps of it (its domain events' binding, its probe) is let go.
 	gone func()
+	// tails bounds the console tail events; consoleInPool logs a new domain's console in its
+	// pool (console.go).
+	tails         *consoleTails
+	consoleInPool bool
 }
 
 // target is what a KVMDomain manages, all derived from the resource (never from the

@@ -121,9 +121,14 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 	if !running {
 		e.forgetProbe(cr)
 		observeNotRunning(cr, d.State, paused)
+		setDomainConditions(cr, d, false)
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
-	e.observeGuest(ctx, cr, name, d)
+	agentAsked := e.observeGuest(ctx, cr, name, d)
+	setDomainConditions(cr, d, agentAsked)
+	if !imported {
+		e.showConsoleTail(ctx, cr, t, d)
+	}
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
 		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
 	}}, nil
@@ -244,8 +249,9 @@ func addressSources(last string) []string {
 
 // findAddress asks the address sources in turn and sets status.atProvider's ipv4 and ipSource
 // to the first address that may be used; a guest-reported address outside its network is never
-// used (addressCheck). It returns the last address not used, and why it was ignored.
-func (e *external) findAddress(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) (ignoredIP string, ignored error) {
+// used (addressCheck). It returns the last address not used, why it was ignored, and whether
+// the guest agent was asked.
+func (e *external) findAddress(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) (ignoredIP string, agentAsked bool, ignored error) {
 	at := &cr.Status.AtProvider
 	last := at.IPSource
 	at.IPv4, at.IPSource = "", ""
@@ -253,7 +259,7 @@ func (e *external) findAddress(ctx context.Context, cr *v1alpha1.KVMDomain, name
 	for _, src := range addressSources(last) {
 		ip, err := e.lv.DomainIPv4(ctx, name, at.MACAddress, src)
 		if src == libvirt.SourceAgent {
-			at.GuestAgentConnected = err == nil
+			at.GuestAgentConnected, agentAsked = err == nil, true
 		}
 		if err != nil || ip == "" {
 			continue
@@ -263,16 +269,17 @@ func (e *external) findAddress(ctx context.Context, cr *v1alpha1.KVMDomain, name
 			continue
 		}
 		at.IPv4, at.IPSource = ip, src
-		return "", nil
+		return "", agentAsked, nil
 	}
-	return ignoredIP, ignored
+	return ignoredIP, agentAsked, ignored
 }
 
 // observeGuest finds the guest's address and runs the readiness probe. It never waits: what
-// is not there yet is reported, and the next poll looks again.
-func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) {
+// is not there yet is reported, and the next poll looks again. It says whether the guest
+// agent was asked.
+func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, name string, d libvirt.DomainInfo) (agentAsked bool) {
 	at := &cr.Status.AtProvider
-	ignoredIP, ignored := e.findAddress(ctx, cr, name, d)
+	ignoredIP, agentAsked, ignored := e.findAddress(ctx, cr, name, d)
 	if at.IPv4 == "" {
 		at.Probe = "" // no address, no probe: an earlier result is not this one's
 		msg := "running; waiting for the guest's IPv4 address"
@@ -293,6 +300,7 @@ func (e *external) observeGuest(ctx context.Context, cr *v1alpha1.KVMDomain, nam
 		return
 	}
 	e.observeProbe(cr, p) //nolint:contextcheck // the probe runs in the background, beyond this reconcile's context
+	return agentAsked
 }
 
 // inputsChanged reports, in status and once as an event, a BaseImage or SeedVolume that

@@ -25,6 +25,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/statemetrics"
 
 	"github.com/provider-kvm/provider-kvm/internal/fairness"
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
 )
 
 // Kind describes one managed resource kind.
@@ -64,12 +65,12 @@ func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) 
 
 	updated := &Updated{}
 	opts := []managed.ReconcilerOption{
-		managed.WithTypedExternalConnector[T](trackUpdates(k.Connector(rec), updated)),
+		managed.WithTypedExternalConnector[T](instrument(trackUpdates(k.Connector(rec), updated), k.GVK.Kind, metrics.Default)),
 		managed.WithLogger(o.Logger.WithValues("controller", name)),
 		managed.WithPollInterval(o.PollInterval),
 		// Resources that are not Ready yet, or were just updated, are looked at again within
-		// seconds (PollHook).
-		managed.WithPollIntervalHook(PollHook(time.Now, updated)),
+		// seconds (PollHook); Ready ones at --poll, give or take PollJitter of it.
+		managed.WithPollIntervalHook(Jittered(PollHook(time.Now, updated), PollJitter, randFloat)),
 		managed.WithRecorder(rec),
 		managed.WithReferenceResolver(managed.NewAPISimpleReferenceResolver(mgr.GetClient())),
 		// External names are derived from namespace, name and UID by each kind (see

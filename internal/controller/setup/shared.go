@@ -22,6 +22,11 @@ type Shared struct {
 	// PublishLimits bound the BaseImage publish jobs that run at once, in all and per host
 	// (--max-publish-jobs, --max-publish-jobs-per-host); zero: no limit.
 	PublishLimits publishqueue.Limits
+
+	// ConsoleLogInPool logs new domains' serial consoles in their storage pool (a directory
+	// pool), where the provider reads their end for a guest that is not Ready (the
+	// --console-log-in-pool flag); else in libvirt's log directory.
+	ConsoleLogInPool bool
 }
 
 // NewShared returns the state of one process, with the platform's settings pl (at most one;
