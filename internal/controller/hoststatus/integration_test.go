@@ -125,7 +125,7 @@ func TestHostStatusOnRealHost(t *testing.T) {
 	t.Cleanup(func() { _ = conns.Close() })
 	lvs := lv.NewShared()
 	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error {
-		return Setup(m, o, conns, lvs, imagecache.NewShared())
+		return Setup(m, o, conns, nil, lvs, imagecache.NewShared())
 	})
 	ctx := context.Background()
 
