@@ -43,3 +43,25 @@ in_host() {
 # shellcheck source=cluster/lib/proc.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"
 proc_log() { echo "lan: $*"; }
+
+# lan_start_libvirtd HOST: start HOST's libvirtd in its namespaces (through the lan-libvirtd
+# symlink up.sh makes; its PID recorded in $PIDS) unless it runs, then wait until it answers on
+# its socket.
+lan_start_libvirtd() {
+  local h=$1 i
+  if ! alive "$h.libvirtd"; then
+    daemon "$h.libvirtd" nsenter --net="/run/netns/$h" --mount="$(mnt_ns "$h")" --uts="$(uts_ns "$h")" \
+      "$LAN_DIR/bin/lan-libvirtd" --daemon --pid-file "$PIDS/$h.libvirtd.pid" ||
+      { echo "lan: $h: libvirtd did not start (log: $(host_dir "$h")/log)" >&2; return 1; }
+    proc_log "$h: libvirtd pid $(pid_of "$h.libvirtd")"
+  fi
+  for ((i = 0; i < 300; i++)); do
+    in_host "$h" virsh -q -c qemu:///system version >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "lan: $h: libvirtd does not answer on its socket" >&2
+  return 1
+}
+
+# lan_stop_libvirtd HOST: stop HOST's libvirtd by its recorded PID (its guests keep running).
+lan_stop_libvirtd() { stop_one "$1.libvirtd" 5; }
