@@ -154,7 +154,7 @@ test: deps controlplane tools testbed-up lan-up image ## The README's test comma
 	CI="$${CI:-}" flock -o /tmp/testbed.lock sh -c 'cluster/testbed/ctl.sh reset && exec cluster/testbed/run-in-netns.sh go test $(GO_TEST_FLAGS) ./...' || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
 	@cat $(TB)/run/revived.log 2>/dev/null || true
 	for m in $(TOOL_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
-	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./test/lan/
+	CI="$${CI:-}" cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside|TestHostStatusOnTheLAN' ./test/lan/
 	@# The plain-virsh baseline boot proves nothing about the provider that the Proxies do not:
 	@# make test's e2e leaves it out (SKIP_BASELINE=0 keeps it); make e2e alone and make
 	@# bench-latency still boot it for the comparison.

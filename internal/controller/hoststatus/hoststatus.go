@@ -1,7 +1,8 @@
 // Package hoststatus writes the status of ProviderConfigs and ClusterProviderConfigs: whether
 // their host is Ready (SSH reachable, host key matches, libvirt answers; else the precise
 // reason), its versions, CPUs and memory, the pools the provider's objects use, what those
-// objects take, and lastSeen. It reads each host on its own poll, through the shared pooled
+// objects take, and lastSeen. It reads each host on its own poll, and at once when the pooled
+// connection of its last read goes down or comes back (Signals), through the shared pooled
 // connection the managed resources use, and raises events when a host becomes unready, a pool
 // falls under 10% free, or a host is cordoned (spec.unschedulable).
 //
