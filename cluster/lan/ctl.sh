@@ -11,7 +11,7 @@ HERE=$(dirname "$(readlink -f "$0")")
 [ $# -eq 2 ] || { sed -n '2,6p' "$0" >&2; exit 2; }
 h=$1
 host_ip "$h" >/dev/null || { echo "ctl.sh: unknown host $h (${HOSTS[*]})" >&2; exit 2; }
-[ -e "$(mnt_ns "$h")" ] || { echo "ctl.sh: $h's namespaces do not exist; run cluster/lan/up.sh first" >&2; exit 1; }
+[ -e "/run/netns/$h" ] || { echo "ctl.sh: $h's namespaces do not exist; run cluster/lan/up.sh first" >&2; exit 1; }
 case "$2" in
   stop-libvirtd) lan_stop_libvirtd "$h" ;;
   start-libvirtd) lan_start_libvirtd "$h" ;;

@@ -258,15 +258,15 @@ func TestHostStatusOnTheLAN(t *testing.T) {
 		if err := bothReady(); err != nil {
 			t.Fatal(err)
 		}
+		t0 := time.Now()
 		ctl(t, hostB.name, "stop-libvirtd")
 		t.Cleanup(func() { ctl(t, hostB.name, "start-libvirtd") })
-		t0 := time.Now()
 		controlplane.Eventually(t, time.Minute, hostB.name+" unready with its libvirtd stopped", func() error {
 			r := get(hostB).Status.GetCondition(xpv2.TypeReady)
 			if r.Status != corev1.ConditionFalse {
 				return fmt.Errorf("Ready %s %s", r.Status, r.Reason)
 			}
-			t.Logf("%s's libvirtd stopped -> unready after %.1fs (poll %s): %s: %s", hostB.name, time.Since(t0).Seconds(), statusPoll, r.Reason, r.Message)
+			t.Logf("%s's libvirtd stopped -> unready %.1fs after the stop began (poll %s): %s: %s", hostB.name, time.Since(t0).Seconds(), statusPoll, r.Reason, r.Message)
 			return nil
 		})
 		if err := ready(hostA); err != nil {

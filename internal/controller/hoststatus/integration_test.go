@@ -322,9 +322,9 @@ func TestHostStatusConnectionSignal(t *testing.T) {
 		return nil
 	})
 
+	t0 := time.Now()
 	tb.Control(t, "stop-libvirtd")
 	t.Cleanup(func() { tb.Control(t, "start-libvirtd") })
-	t0 := time.Now()
 	controlplane.Eventually(t, time.Minute, "bed unready with libvirtd stopped", func() error {
 		if s, why := ready(); s != corev1.ConditionFalse {
 			return fmt.Errorf("Ready %s %s", s, why)
@@ -333,7 +333,7 @@ func TestHostStatusConnectionSignal(t *testing.T) {
 	})
 	took := time.Since(t0)
 	_, why := ready()
-	t.Logf("libvirtd stopped -> unready after %.1fs (poll %s): %s", took.Seconds(), poll, why)
+	t.Logf("libvirtd stopped -> unready %.1fs after the stop began (poll %s): %s", took.Seconds(), poll, why)
 	if took >= poll {
 		t.Errorf("unready after %s: no faster than the poll (%s)", took, poll)
 	}
