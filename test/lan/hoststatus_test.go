@@ -62,16 +62,26 @@ func near(t *testing.T, what string, got, want, tolerance int64) {
 	}
 }
 
-// virsh runs virsh on h over SSH (in h's namespaces: its own libvirtd).
-func (b *bed) virsh(t *testing.T, h lanHost, args string) string {
+// virsh runs virsh on h once per command line, in one SSH session (in h's namespaces: its own
+// libvirtd), and returns each command's output.
+func (b *bed) virsh(t *testing.T, h lanHost, commands ...string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := b.ssh(ctx, h, nil, "virsh -q -c qemu:///system "+args)
+	const sep = "--virsh-output-end--"
+	var script []string
+	for _, c := range commands {
+		script = append(script, "virsh -q -c qemu:///system "+c+" && echo "+sep)
+	}
+	out, err := b.ssh(ctx, h, nil, strings.Join(script, " && "))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	parts := strings.Split(out, sep+"\n")
+	if len(parts) != len(commands)+1 {
+		t.Fatalf("virsh on %s: %d outputs for %d commands:\n%s", h.name, len(parts)-1, len(commands), out)
+	}
+	return parts[:len(commands)]
 }
 
 // ctl runs cluster/lan/ctl.sh (stop-libvirtd, start-libvirtd on one host).
@@ -191,11 +201,12 @@ func TestHostStatusOnTheLAN(t *testing.T) {
 				if s.Address != b.user+"@"+net.JoinHostPort(h.ip, "22") {
 					t.Errorf("status address %q, want %s's", s.Address, h.name)
 				}
-				node := b.virsh(t, h, "nodeinfo")
+				v := b.virsh(t, h, "nodeinfo", "freecell --all", "pool-info --bytes "+h.pool)
+				node, freecell, pi := v[0], v[1], v[2]
 				near(t, "CPUs", int64(s.CPUs), field(t, node, "CPU(s)"), 0)
 				near(t, "memory total KiB", s.MemoryTotal.Value()/1024, field(t, node, "Memory size"), 0)
 				var freeKiB int64
-				for _, m := range regexp.MustCompile(`(?m)^\s*\d+:\s+(\d+) KiB`).FindAllStringSubmatch(b.virsh(t, h, "freecell --all"), -1) {
+				for _, m := range regexp.MustCompile(`(?m)^\s*\d+:\s+(\d+) KiB`).FindAllStringSubmatch(freecell, -1) {
 					n, _ := strconv.ParseInt(m[1], 10, 64)
 					freeKiB += n
 				}
@@ -211,7 +222,6 @@ func TestHostStatusOnTheLAN(t *testing.T) {
 				if p == nil || !p.Active {
 					t.Fatalf("pool %s missing or inactive in %s's status: %+v", h.pool, h.name, s.Pools)
 				}
-				pi := b.virsh(t, h, "pool-info --bytes "+h.pool)
 				near(t, "pool capacity", p.Capacity.Value(), field(t, pi, "Capacity"), 0)
 				// The pool's directory is on the machine's file system: builds beside the test move it.
 				near(t, "pool allocation", p.Allocation.Value(), field(t, pi, "Allocation"), 1<<30)
