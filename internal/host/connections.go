@@ -541,21 +541,29 @@ func (e *entry) finishDial(p *Connections, a *dialAttempt, old, ns *session, err
 	close(a.done)
 	e.mu.Unlock()
 	switch {
-	case err != nil && !closing:
-		p.state(State{Key: e.key, Address: e.cfg.Address()})
-	case err == nil && !evicted:
+	case err != nil:
+		if !closing {
+			p.state(State{Key: e.key, Address: e.cfg.Address()})
+		}
+	case evicted:
+		go ns.close()
+	default:
 		p.state(State{Key: e.key, Address: e.cfg.Address(), Up: true})
 		p.watchDown(e.key, e.cfg.Address(), ns)
+		e.retireOld(p, old, ns)
 	}
-	if err == nil && evicted {
-		go ns.close()
+}
+
+// retireOld closes old, the session ns replaced (only its libvirt connection when ns reuses its
+// SSH connection).
+func (e *entry) retireOld(p *Connections, old, ns *session) {
+	if old == nil {
+		return
 	}
-	if err == nil && !evicted && old != nil {
-		if old.ssh != nil && old.ssh == ns.ssh {
-			go old.closeLibvirt()
-		} else {
-			go old.close()
-		}
-		p.log.Debug("Reopened libvirt connection", "address", e.cfg.Address())
+	if old.ssh != nil && old.ssh == ns.ssh {
+		go old.closeLibvirt()
+	} else {
+		go old.close()
 	}
+	p.log.Debug("Reopened libvirt connection", "address", e.cfg.Address())
 }
