@@ -189,7 +189,7 @@ test-bed: deps envtest-bins test-tools testbed-up image ## The Go tests on the N
 # make test's e2e leaves out the plain-virsh baseline boot: it proves nothing about the provider
 # that the Proxies do not (SKIP_BASELINE=0 keeps it); make e2e alone and make bench-latency boot it.
 test-e2e-prep: $(E2E_DEPS) ## What make e2e needs, built, and the LAN's network checks.
-	CI="$${CI:-}" flock -o $(LAN_LOCK) cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside' ./test/lan/
+	CI="$${CI:-}" flock -o $(LAN_LOCK) cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside|TestHostStatusOnTheLAN' ./test/lan/
 
 # What the test bed's Go suite needs: envtest's two servers, and the Crossplane CLI with
 # function-auto-ready for test/crossplane.

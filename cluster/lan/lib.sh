@@ -43,3 +43,41 @@ in_host() {
 # shellcheck source=cluster/lib/proc.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/proc.sh"
 proc_log() { echo "lan: $*"; }
+
+# host_nsargs HOST: nsenter's options into HOST's network, mount and UTS namespaces, in
+# HOST_NSARGS: its namespace files, or, where those are not namespaces (inside netns node: ip
+# netns exec makes a mount namespace of its own, and the kernel copies no mount namespace file
+# into a new one), the namespaces of HOST's virtlogd (up.sh starts it first, ctl.sh leaves it).
+host_nsargs() {
+  local h=$1
+  if [ "$(findmnt -n -o FSTYPE "$(mnt_ns "$h")" 2>/dev/null)" = nsfs ]; then
+    HOST_NSARGS=(--net="/run/netns/$h" --mount="$(mnt_ns "$h")" --uts="$(uts_ns "$h")")
+  elif alive "$h.virtlogd"; then
+    HOST_NSARGS=(--target="$(pid_of "$h.virtlogd")" --net --mount --uts)
+  else
+    echo "lan: $h: neither its namespace files nor its virtlogd can be entered" >&2
+    return 1
+  fi
+}
+
+# lan_start_libvirtd HOST: start HOST's libvirtd in its namespaces (through the lan-libvirtd
+# symlink up.sh makes; its PID recorded in $PIDS) unless it runs, then wait until it answers on
+# its socket.
+lan_start_libvirtd() {
+  local h=$1 i
+  host_nsargs "$h" || return 1
+  if ! alive "$h.libvirtd"; then
+    daemon "$h.libvirtd" nsenter "${HOST_NSARGS[@]}" "$LAN_DIR/bin/lan-libvirtd" --daemon --pid-file "$PIDS/$h.libvirtd.pid" ||
+      { echo "lan: $h: libvirtd did not start (log: $(host_dir "$h")/log)" >&2; return 1; }
+    proc_log "$h: libvirtd pid $(pid_of "$h.libvirtd")"
+  fi
+  for ((i = 0; i < 300; i++)); do
+    nsenter "${HOST_NSARGS[@]}" virsh -q -c qemu:///system version >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "lan: $h: libvirtd does not answer on its socket" >&2
+  return 1
+}
+
+# lan_stop_libvirtd HOST: stop HOST's libvirtd by its recorded PID (its guests keep running).
+lan_stop_libvirtd() { stop_one "$1.libvirtd" 5; }

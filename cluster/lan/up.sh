@@ -178,20 +178,8 @@ for h in "${HOSTS[@]}"; do
       die "$h: virtlogd did not start"
     log "$h: virtlogd pid $(pid_of "$h.virtlogd")"
   fi
-  if ! alive "$h.libvirtd"; then
-    daemon "$h.libvirtd" nsenter "${NSARGS[@]}" "$LAN_DIR/bin/lan-libvirtd" --daemon --pid-file "$PIDS/$h.libvirtd.pid" ||
-      die "$h: libvirtd did not start (log: $(host_dir "$h")/log)"
-    log "$h: libvirtd pid $(pid_of "$h.libvirtd")"
-  fi
-done
-for h in "${HOSTS[@]}"; do
-  nsargs "$h"
-  ok=0
-  for _ in $(seq 300); do
-    if nsenter "${NSARGS[@]}" virsh -q -c qemu:///system version >/dev/null 2>&1; then ok=1; break; fi
-    sleep 0.2
-  done
-  [ "$ok" = 1 ] || die "$h: libvirtd does not answer on its socket"
+  # started (unless it runs) and waited for on its socket; cluster/lan/ctl.sh stops and starts it too
+  lan_start_libvirtd "$h" || die "$h: libvirtd is not up"
 done
 
 # ------------------------------------------------------------------ 7. keys + sshd

@@ -33,6 +33,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis"
 	kvmcontroller "github.com/provider-kvm/provider-kvm/internal/controller"
+	"github.com/provider-kvm/provider-kvm/internal/controller/hoststatus"
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/fairness"
@@ -143,16 +144,19 @@ func main() {
 
 	kingpin.FatalIfError(customresourcesgate.Setup(mgr, o), "Cannot set up the CRD gate controller")
 	// One SSH connection per host, shared by every managed resource on it; each connection
-	// also carries the host's domain events to the KVMDomain controller.
+	// also carries the host's domain events to the KVMDomain controller, and its ups and downs
+	// to the host status controllers.
 	events := domainevents.New(log.WithValues("component", "domain-events"))
-	conns := host.NewConnections(host.WithLogger(log.WithValues("component", "host-connections")), host.WithOnLibvirt(events.Attach))
+	signals := hoststatus.NewSignals()
+	conns := host.NewConnections(host.WithLogger(log.WithValues("component", "host-connections")),
+		host.WithOnLibvirt(events.Attach), host.WithOnState(signals.Notify))
 	defer conns.Close() //nolint:errcheck // Best effort at exit.
 
 	shared := setup.NewShared(platform)
 	shared.Images = imagecache.NewShared(imagecache.WithMinThroughput(imagecache.Throughput{Bytes: *claimMinBytes, Window: *claimMinWindow}))
 	shared.PublishLimits = publishqueue.Limits{Total: *maxPublishJobs, PerHost: *maxPublishJobsPerHost}
 	shared.ConsoleLogInPool = *consoleLogInPool
-	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, shared), "Cannot set up provider-kvm controllers")
+	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, signals, shared), "Cannot set up provider-kvm controllers")
 	kingpin.FatalIfError(mgr.Start(ctrl.SetupSignalHandler()), "Cannot start controller manager")
 }
 

@@ -126,6 +126,10 @@ func (c Config) Address() string {
 	return c.User + "@" + net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
 }
 
+// Key identifies the pooled connection c is served by (State.Key): a SHA-256 over every field
+// that identifies a connection, so it holds no secret in plain text.
+func (c Config) Key() string { return c.connKey() }
+
 // connKey is a SHA-256 over every field that identifies a connection, so
 // that the map keys of Connections hold no secret in plain text. A changed key,
 // passphrase or known_hosts gives a different connection.

@@ -111,6 +111,54 @@ func (p *Connections) announce(address string, lv *libvirt.Libvirt) {
 	go p.onLibvirt(ctx, address, lv)
 }
 
+// State is a change in a pooled connection's health, as the pool sees it: Up when it opened a
+// libvirt connection (the first to a host, or again after one ended or failed), Down when an
+// attempt to open one failed, or when an open one ended without the pool closing it (libvirtd
+// stopped or restarted, the SSH connection dropped or missed its keepalives, a stuck connection
+// torn down). Closing a connection itself (idle, replaced, Close) is no change. It holds no
+// secret.
+type State struct {
+	// Key is the pooled connection's key (Config.Key): configs that share it share the
+	// connection.
+	Key string
+	// Address is user@host:port, or unix:SOCKET.
+	Address string
+	// Up is true when a connection was opened, false when one failed or ended.
+	Up bool
+}
+
+// WithOnState makes the pool call fn on every State change of a pooled connection, e.g. so
+// that a host's status is read again at once when its connection drops or comes back. fn must
+// not block.
+func WithOnState(fn func(State)) Option { return func(p *Connections) { p.onState = fn } }
+
+// state tells the WithOnState callback of a change.
+func (p *Connections) state(s State) {
+	if p.onState != nil {
+		p.onState(s)
+	}
+}
+
+// watchDown tells the WithOnState callback when the session s of the connection key ends
+// without the pool closing it; it returns when s ends or the pool closes.
+func (p *Connections) watchDown(key, address string, s *session) {
+	if p.onState == nil {
+		return
+	}
+	go func() {
+		select {
+		case <-s.lv.Disconnected():
+		case <-p.stop:
+			return
+		}
+		if s.closing.Load() || p.ctx.Err() != nil {
+			return
+		}
+		p.log.Debug("Libvirt connection ended", "address", address)
+		p.state(State{Key: key, Address: address})
+	}()
+}
+
 // ContextWithOnOpen returns a context that makes a Connections call fn when a
 // call made with it opens a new connection, in addition to the pool's own
 // WithOnOpen hook. A controller can so raise an event on the resource whose
@@ -131,6 +179,7 @@ type Connections struct {
 	now            func() time.Time
 	onOpen         func(OpenInfo)
 	onLibvirt      func(ctx context.Context, address string, l *libvirt.Libvirt)
+	onState        func(State)
 	log            logging.Logger
 
 	mu      sync.Mutex
@@ -234,7 +283,7 @@ func (p *Connections) entry(key string, c Config) (*entry, error) {
 	}
 	e, ok := p.entries[key]
 	if !ok {
-		e = &entry{cfg: c, lastUsed: time.Now()}
+		e = &entry{key: key, cfg: c, lastUsed: time.Now()}
 		p.entries[key] = e
 	}
 	return e, nil
@@ -334,6 +383,7 @@ func (p *Connections) open(ctx context.Context, c Config, old *session) (*sessio
 
 // entry is the pooled connection for one Config, and the circuit breaker of its host.
 type entry struct {
+	key string
 	cfg Config
 
 	mu       sync.Mutex
@@ -490,15 +540,30 @@ func (e *entry) finishDial(p *Connections, a *dialAttempt, old, ns *session, err
 	}
 	close(a.done)
 	e.mu.Unlock()
-	if err == nil && evicted {
-		go ns.close()
-	}
-	if err == nil && !evicted && old != nil {
-		if old.ssh != nil && old.ssh == ns.ssh {
-			go old.closeLibvirt()
-		} else {
-			go old.close()
+	switch {
+	case err != nil:
+		if !closing {
+			p.state(State{Key: e.key, Address: e.cfg.Address()})
 		}
-		p.log.Debug("Reopened libvirt connection", "address", e.cfg.Address())
+	case evicted:
+		go ns.close()
+	default:
+		p.state(State{Key: e.key, Address: e.cfg.Address(), Up: true})
+		p.watchDown(e.key, e.cfg.Address(), ns)
+		e.retireOld(p, old, ns)
 	}
+}
+
+// retireOld closes old, the session ns replaced (only its libvirt connection when ns reuses its
+// SSH connection).
+func (e *entry) retireOld(p *Connections, old, ns *session) {
+	if old == nil {
+		return
+	}
+	if old.ssh != nil && old.ssh == ns.ssh {
+		go old.closeLibvirt()
+	} else {
+		go old.close()
+	}
+	p.log.Debug("Reopened libvirt connection", "address", e.cfg.Address())
 }

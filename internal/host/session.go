@@ -194,6 +194,9 @@ type session struct {
 	lv     *libvirt.Libvirt
 	d      *streamDialer
 	broken atomic.Bool
+	// closing is set when the pool closes the session itself (idle, replaced, Close): its end
+	// is no State change.
+	closing atomic.Bool
 
 	// outstanding counts abandoned calls that have not returned; probing is set while a
 	// liveness probe runs.
@@ -269,6 +272,7 @@ func (s *session) healthy() bool {
 
 // closeLibvirt ends only the libvirt connection, politely when possible.
 func (s *session) closeLibvirt() {
+	s.closing.Store(true)
 	s.broken.Store(true)
 	if s.lv.IsConnected() {
 		done := make(chan struct{})

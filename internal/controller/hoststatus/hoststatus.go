@@ -1,7 +1,8 @@
 // Package hoststatus writes the status of ProviderConfigs and ClusterProviderConfigs: whether
 // their host is Ready (SSH reachable, host key matches, libvirt answers; else the precise
 // reason), its versions, CPUs and memory, the pools the provider's objects use, what those
-// objects take, and lastSeen. It reads each host on its own poll, through the shared pooled
+// objects take, and lastSeen. It reads each host on its own poll, and at once when the pooled
+// connection of its last read goes down or comes back (Signals), through the shared pooled
 // connection the managed resources use, and raises events when a host becomes unready, a pool
 // falls under 10% free, or a host is cordoned (spec.unschedulable).
 //
@@ -109,14 +110,19 @@ type Reconciler struct {
 	// images makes the image cache of a connection for the orphan sweep of cached base
 	// images; nil sweeps none.
 	images func(c *host.Conn, r *hostconfig.Resolved, alive imagecache.Liveness) ImageSweeper
+	// signals, when not nil, learns what each read found, so that a change of the connection
+	// it used requeues the config (Signals).
+	signals *Signals
 }
 
 // Setup adds the host status controllers of ProviderConfigs and ClusterProviderConfigs to mgr.
 // They read hosts through conns, the pool the managed resources share, with libvirt clients
 // sharing lvs, every o.PollInterval while a host is Ready and every DefaultUnreadyPoll (at
-// most the poll) while it is not. The orphan sweep of cached base images uses images, the
-// process's image cache state.
-func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, lvs *lv.Shared, images *imagecache.Shared) error {
+// most the poll) while it is not, and at once when signals (when not nil; the pool's
+// WithOnState callback is its Notify) says the connection a host's last read used went down
+// while it was Ready, or came up while it was not. The orphan sweep of cached base images uses
+// images, the process's image cache state.
+func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, signals *Signals, lvs *lv.Shared, images *imagecache.Shared) error {
 	memo := NewMemo(time.Now, DefaultRecheck)
 	for _, k := range []ops{pcOps, cpcOps} {
 		name := "hoststatus/" + strings.ToLower(k.kind)
@@ -127,6 +133,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, lvs *lv.Sh
 			poll:        o.PollInterval,
 			unreadyPoll: min(DefaultUnreadyPoll, o.PollInterval),
 			timeout:     DefaultTimeout,
+			signals:     signals,
 			host: func(c *host.Conn, res *hostconfig.Resolved) Host {
 				h := res.Host.WithDefaults()
 				return lv.New(c, lvs, lv.WithSocket(h.Socket), lv.WithURI(h.URI), lv.WithKind(Kind))
@@ -142,14 +149,16 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, lvs *lv.Sh
 			r.poll = time.Minute
 			r.unreadyPoll = DefaultUnreadyPoll
 		}
-		err := ctrl.NewControllerManagedBy(mgr).
+		b := ctrl.NewControllerManagedBy(mgr).
 			Named(name).
 			WithOptions(o.ForControllerRuntime()).
 			// Spec changes (a cordon, a new key) are read at once; the status this controller
-			// writes does not wake it, its poll does.
-			For(k.new(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-			Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter))
-		if err != nil {
+			// writes does not wake it, its poll and its host's connection do.
+			For(k.new(), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+		if signals != nil {
+			b = b.WatchesRawSource(signals.Source(k.kind))
+		}
+		if err := b.Complete(ratelimiter.NewReconciler(name, r, o.GlobalRateLimiter)); err != nil {
 			return errors.Wrapf(err, "cannot set up the host status controller of %s", k.kind)
 		}
 	}
@@ -160,14 +169,17 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, lvs *lv.Sh
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
+	ref := ConfigRef{Kind: r.ops.kind, NamespacedName: req.NamespacedName}
 	obj := r.ops.new()
 	if err := r.kube.Get(ctx, req.NamespacedName, obj); err != nil {
 		if kerrors.IsNotFound(err) {
+			r.forget(ref)
 			metrics.ForgetHost(configLabel(r.ops.kind, req.Namespace, req.Name)) // a deleted config's gauges go with it
 		}
 		return reconcile.Result{}, errors.Wrapf(client.IgnoreNotFound(err), errGet, r.ops.kind)
 	}
 	if meta.WasDeleted(obj) {
+		r.forget(ref)
 		metrics.ForgetHost(configLabel(r.ops.kind, obj.GetNamespace(), obj.GetName()))
 		return reconcile.Result{}, nil
 	}
@@ -178,14 +190,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if old.Host != nil {
 		prev = old.Host.Orphans
 	}
-	stage, addr, hs, err := r.read(ctx, obj, spec, prev)
+	rd := r.read(ctx, obj, spec, prev)
+	err := rd.err
 	if err == nil {
-		err = Missing(hs, spec.Defaults.Pool) // the host answers, but lacks what the provider needs
+		err = Missing(rd.status, spec.Defaults.Pool) // the host answers, but lacks what the provider needs
 	}
-	cond := Condition(stage, err)
-	*st = Next(old, spec.Unschedulable, addr, cond, hs)
+	cond := Condition(rd.stage, err)
+	addr := rd.address
+	*st = Next(old, spec.Unschedulable, addr, cond, rd.status)
 	if err := r.kube.Status().Update(ctx, obj); err != nil {
 		return reconcile.Result{}, errors.Wrapf(err, errUpdateStatus, r.ops.kind+"/"+obj.GetName())
+	}
+	if r.signals != nil {
+		if rd.key == "" {
+			r.signals.Forget(ref)
+		} else {
+			r.signals.Record(ref, Seen{Key: rd.key, Ready: cond.Status == corev1.ConditionTrue})
+		}
 	}
 	for _, e := range Events(old, *st) {
 		r.record.Event(obj, e)
@@ -197,16 +218,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: r.poll}, nil
 }
 
-// read reads the host of obj: the stage it got to, the host's address (once the config was
-// read), its status when the read succeeded, and the error that stopped it. A successful read
-// is followed by the orphan sweep (prev: the orphans of the last read).
-func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1.ProviderConfigSpec, prev *v1alpha1.HostOrphans) (Stage, string, *v1alpha1.HostStatus, error) {
+// forget tells the signals, if any, that ref is gone.
+func (r *Reconciler) forget(ref ConfigRef) {
+	if r.signals != nil {
+		r.signals.Forget(ref)
+	}
+}
+
+// hostRead is what one read of a config's host found.
+type hostRead struct {
+	// stage is how far the read got.
+	stage Stage
+	// address and key are the host's address and its pooled connection's key (host.Config.Key),
+	// once the config was read.
+	address, key string
+	// status is the host's status when the read succeeded.
+	status *v1alpha1.HostStatus
+	// err stopped the read.
+	err error
+}
+
+// read reads the host of obj. A successful read is followed by the orphan sweep (prev: the
+// orphans of the last read).
+func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1.ProviderConfigSpec, prev *v1alpha1.HostOrphans) hostRead {
 	ref := &xpv2.ProviderConfigReference{Kind: r.ops.kind, Name: obj.GetName()}
 	res, err := hostconfig.ResolveRef(ctx, r.kube, obj.GetNamespace(), ref)
 	if err != nil {
-		return StageConfig, "", nil, errors.Wrap(err, errResolve)
+		return hostRead{stage: StageConfig, err: errors.Wrap(err, errResolve)}
 	}
-	addr := res.Host.Address()
+	addr, key := res.Host.Address(), res.Host.Key()
 	ctx = metrics.WithKind(host.ContextWithOnOpen(ctx, func(info host.OpenInfo) {
 		if info.Insecure {
 			r.record.Event(obj, event.Warning(connection.ReasonInsecureConnection, errors.Errorf(msgInsecure, info.Address)))
@@ -215,14 +255,14 @@ func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1
 	conn, err := r.conns.Get(ctx, res.Host)
 	if err != nil {
 		r.memo.Forget(addr)
-		return StageConnect, addr, nil, err
+		return hostRead{stage: StageConnect, address: addr, key: key, err: err}
 	}
 	pools := r.pools(ctx, obj.GetNamespace(), ref, spec.Defaults.Pool)
 	h := r.host(conn, res)
 	rd, err := r.memo.Read(ctx, h, addr, pools)
 	if err != nil {
 		r.memo.Forget(addr)
-		return StageRead, addr, nil, err
+		return hostRead{stage: StageRead, address: addr, key: key, err: err}
 	}
 	hs := Figures(addr, rd, metav1.Now())
 	metrics.Host(configLabel(r.ops.kind, obj.GetNamespace(), obj.GetName()), Gauges(rd))
@@ -231,7 +271,7 @@ func (r *Reconciler) read(ctx context.Context, obj client.Object, spec *v1alpha1
 		images = func(alive imagecache.Liveness) ImageSweeper { return r.images(conn, res, alive) }
 	}
 	hs.Orphans = r.sweep(ctx, obj, spec, h, images, addr, rd, prev)
-	return StageRead, addr, hs, nil
+	return hostRead{stage: StageRead, address: addr, key: key, status: hs}
 }
 
 // pools are the pools whose figures the status shows: the config's default pool and every

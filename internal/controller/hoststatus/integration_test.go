@@ -125,7 +125,7 @@ func TestHostStatusOnRealHost(t *testing.T) {
 	t.Cleanup(func() { _ = conns.Close() })
 	lvs := lv.NewShared()
 	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error {
-		return Setup(m, o, conns, lvs, imagecache.NewShared())
+		return Setup(m, o, conns, nil, lvs, imagecache.NewShared())
 	})
 	ctx := context.Background()
 
@@ -341,4 +341,62 @@ func TestHostStatusOnRealHost(t *testing.T) {
 			t.Errorf("a steady-state read made %v RPCs, want at most 5", steady)
 		}
 	})
+}
+
+// TestHostStatusConnectionSignal: with a poll far longer than the test, a Ready host whose
+// libvirtd stops is unready within seconds, because the pooled connection's end is told to
+// the controller (host.WithOnState -> Signals); started again, it is Ready at the unready
+// poll.
+func TestHostStatusConnectionSignal(t *testing.T) {
+	tb := testbed.Require(t)
+	env := controlplane.Start(t)
+	env.HostConfig(t, tb, "bed")
+	signals := NewSignals()
+	conns := host.NewConnections(host.WithOnState(signals.Notify))
+	t.Cleanup(func() { _ = conns.Close() })
+	const poll = 10 * time.Minute
+	env.Run(t, poll, config.Setup, func(m ctrl.Manager, o controller.Options) error {
+		return Setup(m, o, conns, signals, lv.NewShared(), imagecache.NewShared())
+	})
+	ctx := context.Background()
+	ready := func() (corev1.ConditionStatus, string) {
+		c := &v1alpha1.ClusterProviderConfig{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Name: "bed"}, c); err != nil {
+			t.Fatal(err)
+		}
+		r := c.Status.GetCondition(xpv2.TypeReady)
+		return r.Status, string(r.Reason) + ": " + r.Message
+	}
+	controlplane.Eventually(t, time.Minute, "bed Ready", func() error {
+		if s, why := ready(); s != corev1.ConditionTrue {
+			return fmt.Errorf("Ready %s %s", s, why)
+		}
+		return nil
+	})
+
+	t0 := time.Now()
+	tb.Control(t, "stop-libvirtd")
+	t.Cleanup(func() { tb.Control(t, "start-libvirtd") })
+	controlplane.Eventually(t, time.Minute, "bed unready with libvirtd stopped", func() error {
+		if s, why := ready(); s != corev1.ConditionFalse {
+			return fmt.Errorf("Ready %s %s", s, why)
+		}
+		return nil
+	})
+	took := time.Since(t0)
+	_, why := ready()
+	t.Logf("libvirtd stopped -> unready %.1fs after the stop began (poll %s): %s", took.Seconds(), poll, why)
+	if took >= poll {
+		t.Errorf("unready after %s: no faster than the poll (%s)", took, poll)
+	}
+
+	tb.Control(t, "start-libvirtd")
+	t0 = time.Now()
+	controlplane.Eventually(t, time.Minute, "bed Ready again with libvirtd started", func() error {
+		if s, why := ready(); s != corev1.ConditionTrue {
+			return fmt.Errorf("Ready %s %s", s, why)
+		}
+		return nil
+	})
+	t.Logf("libvirtd started -> Ready after %.1fs (the unready poll is %s)", time.Since(t0).Seconds(), DefaultUnreadyPoll)
 }
