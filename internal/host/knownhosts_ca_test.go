@@ -50,7 +50,7 @@ func TestKnownHostsCertAuthority(t *testing.T) {
 }
 
 func asHostKeyError(err error, hk **HostKeyError) bool {
-	e, ok := err.(*HostKeyError) //nolint:errorlint // check returns it unwrapped
+	e, ok := err.(*HostKeyError)
 	*hk = e
 	return ok
 }

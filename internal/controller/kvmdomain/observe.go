@@ -124,14 +124,21 @@ func (e *external) Observe(ctx context.Context, cr *v1alpha1.KVMDomain) (managed
 		setDomainConditions(cr, d, false)
 		return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate}, nil
 	}
+	return e.observeRunning(ctx, cr, t, name, d, imported, upToDate), nil
+}
+
+// observeRunning is Observe's end for a running domain: the guest's address and readiness,
+// the domain's conditions, the console's end for a guest that stays not Ready.
+func (e *external) observeRunning(ctx context.Context, cr *v1alpha1.KVMDomain, t target, name string, d libvirt.DomainInfo, imported, upToDate bool) managed.ExternalObservation {
 	agentAsked := e.observeGuest(ctx, cr, name, d)
 	setDomainConditions(cr, d, agentAsked)
 	if !imported {
 		e.showConsoleTail(ctx, cr, t, d)
 	}
+	at := &cr.Status.AtProvider
 	return managed.ExternalObservation{ResourceExists: true, ResourceUpToDate: upToDate, ConnectionDetails: managed.ConnectionDetails{
 		ConnectionIPv4: []byte(at.IPv4), ConnectionMAC: []byte(at.MACAddress),
-	}}, nil
+	}}
 }
 
 // storageOf is what Observe learns of d's storage: how many bytes its root disk must grow by,
