@@ -139,17 +139,18 @@ func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *
 	if u != "http://"+h+":"+p {
 		return fmt.Errorf("%s: Secret %s/%s: url %s does not match host %s and port %s", label, ns, secret, u, h, p)
 	}
-	wantPort := int64(3128) // the Proxy API's default
-	if v, ok, _ := unstructured.NestedInt64(obj.Object, "spec", "port"); ok {
-		wantPort = v
-	}
-	if p != fmt.Sprint(wantPort) {
-		return fmt.Errorf("%s: Secret %s/%s: port %s, want %d (spec.port)", label, ns, secret, p, wantPort)
-	}
+	// obj names the Proxy or claim; what it says is read now (a caller may pass a bare key).
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(obj.GroupVersionKind())
 	if err := e.c.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
 		return fmt.Errorf("%s: %w", label, err)
+	}
+	wantPort := int64(3128) // the Proxy API's default
+	if v, ok, _ := unstructured.NestedInt64(cur.Object, "spec", "port"); ok {
+		wantPort = v
+	}
+	if p != fmt.Sprint(wantPort) {
+		return fmt.Errorf("%s: Secret %s/%s: port %s, want %d (spec.port)", label, ns, secret, p, wantPort)
 	}
 	if su, _, _ := unstructured.NestedString(cur.Object, "status", "url"); su != u {
 		return fmt.Errorf("%s: status.url %q differs from the Secret's %s", label, su, u)
@@ -180,7 +181,7 @@ func (e *env) checkEndpoint(ctx context.Context, label, ns, secret string, obj *
 		"http://169.254.169.254/latest/meta-data/": "ERR_PROXY_DST_LINK_LOCAL",
 		"http://172.16.0.1:8080/":                  "ERR_PROXY_DST_PRIVATE",
 	}
-	if d, _, _ := unstructured.NestedStringSlice(obj.Object, "spec", "allowedDomains"); len(d) > 0 {
+	if d, _, _ := unstructured.NestedStringSlice(cur.Object, "spec", "allowedDomains"); len(d) > 0 {
 		for target := range denied {
 			denied[target] = "ERR_PROXY_DOMAIN_NOT_ALLOWED"
 		}
