@@ -257,18 +257,23 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
-	step("orphans", func(t *testing.T) {
-		logf("  the orphan sweep: team-a's KVMDomain and SeedVolume of their own deleted past their finalizers, reported, then removed")
-		if err := e.checkOrphans(ctx, hostA); err != nil {
-			t.Fatal(err)
-		}
-	})
-
-	step("rollout-egress-b", func(t *testing.T) {
-		logf("  edit a running Proxy (team-a/egress-b's allowedCIDRs): a new VM replaces it once Ready, no request fails")
-		if err := e.checkRollout(ctx, cases[1], objects[cases[1].name]); err != nil {
-			t.Fatal(err)
-		}
+	// The orphan sweep waits on the host status reads and boots nothing; the roll-out boots
+	// egress-b's next VM. They share nothing but host-a, so they run side by side.
+	step("orphans-and-rollout", func(t *testing.T) {
+		t.Run("orphans", func(t *testing.T) {
+			t.Parallel()
+			logf("  the orphan sweep: team-a's KVMDomain and SeedVolume of their own deleted past their finalizers, reported, then removed")
+			if err := e.checkOrphans(ctx, hostA); err != nil {
+				t.Fatal(err)
+			}
+		})
+		t.Run("rollout-egress-b", func(t *testing.T) {
+			t.Parallel()
+			logf("  edit a running Proxy (team-a/egress-b's allowedCIDRs): a new VM replaces it once Ready, no request fails")
+			if err := e.checkRollout(ctx, cases[1], objects[cases[1].name]); err != nil {
+				t.Fatal(err)
+			}
+		})
 	})
 
 	var baseVol string // team-a's shared base volume

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/crossplane/crossplane-runtime/v2/pkg/controller"
@@ -71,7 +72,7 @@ func Start(t testing.TB) *Env {
 		}
 		t.Skip(msg)
 	}
-	ctrl.SetLogger(logr.Discard())
+	ctrl.SetLogger(testLogger())
 	s := kruntime.NewScheme()
 	for _, add := range []func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, apis.AddToScheme} {
 		if err := add(s); err != nil {
@@ -113,7 +114,7 @@ func (e *Env) Run(t testing.TB, poll time.Duration, setups ...func(ctrl.Manager,
 		t.Fatal(err)
 	}
 	o := controller.Options{
-		Logger:                  logging.NewNopLogger(),
+		Logger:                  logging.NewLogrLogger(testLogger()),
 		MaxConcurrentReconciles: 4,
 		PollInterval:            poll,
 		GlobalRateLimiter:       fairness.NewLimiter(50),
@@ -205,4 +206,13 @@ func (e *Env) HostConfig(t testing.TB, tb *testbed.Env, name string) {
 	if err := e.Client.Create(ctx, cpc); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testLogger is the controllers' logger: silent, or with PKVM_TEST_LOG=1 their debug log on
+// stderr (go test -v shows it), to see what a slow or failing case waited on.
+func testLogger() logr.Logger {
+	if os.Getenv("PKVM_TEST_LOG") == "" {
+		return logr.Discard()
+	}
+	return zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
 }

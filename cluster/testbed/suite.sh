@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# suite.sh -- the provider module's Go suite on the NAT test bed (make test-bed runs it inside
+# the bed's network namespace, holding /tmp/testbed.lock), in two phases:
+#
+#   1. every package that keeps to its own objects on the bed, BED_PARALLEL (3) at a time,
+#      the longest first. These tests spend most of their time waiting on reconciles and guests
+#      (the machine is 20-30% busy while one runs alone), and each names what it creates on the
+#      host after its own namespace, UID or digest.
+#   2. one at a time, the packages that cannot share the bed: they restart its libvirtd or sshd
+#      (domainevents, host, hoststatus), count every domain and volume on it (hoststatus,
+#      fairness), or hold time bounds measured on an otherwise quiet host (fairness). The fault
+#      suite joins them with FAULTS_FULL (its Disrupt cases restart the daemons, its PoolFull
+#      cases count the pool's volumes); its fast subset (the kill points and the blackhole, on
+#      objects of namespaces "flt-...") keeps to its own objects and runs in phase 1.
+#
+# Both phases run even when the first fails; the exit status is the first phase's failure, or
+# the second's. GO_TEST_FLAGS as in the Makefile; its -p is overridden per phase.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit
+
+MOD=$(go list -m)
+# Phase 2: alone, one at a time.
+EXCLUSIVE=(internal/domainevents internal/host internal/controller/hoststatus test/fairness)
+# Phase 1 starts these first: the longest packages, so that the short ones fill the other lanes.
+LONGEST=(test/tenancy internal/controller/kvmdomain internal/imagecache test/faults
+	internal/controller/baseimage internal/controller/seedvolume)
+if [[ -n ${FAULTS_FULL:-} ]]; then
+	EXCLUSIVE+=(test/faults)
+	LONGEST=("${LONGEST[@]/test\/faults/}")
+fi
+
+read -r -a FLAGS <<<"${GO_TEST_FLAGS:--count=1 -timeout 30m}"
+
+declare -A skip=()
+first=()
+for p in "${EXCLUSIVE[@]}"; do skip[$MOD/$p]=1; done
+for p in "${LONGEST[@]}"; do
+	[[ -n $p ]] || continue
+	first+=("$MOD/$p")
+	skip[$MOD/$p]=1
+done
+rest=()
+while read -r p; do
+	[[ -n ${skip[$p]:-} ]] || rest+=("$p")
+done < <(go list ./...)
+exclusive=()
+for p in "${EXCLUSIVE[@]}"; do exclusive+=("$MOD/$p"); done
+
+rc=0
+echo "suite.sh: $(date -u +%T) phase 1: ${#first[@]} long and ${#rest[@]} other packages, ${BED_PARALLEL:-3} at a time"
+go test "${FLAGS[@]}" -p "${BED_PARALLEL:-3}" "${first[@]}" "${rest[@]}" || rc=$?
+echo "suite.sh: $(date -u +%T) phase 2: ${#exclusive[@]} packages that need the bed alone, one at a time"
+go test "${FLAGS[@]}" -p 1 "${exclusive[@]}" || { [[ $rc -ne 0 ]] || rc=$?; }
+echo "suite.sh: $(date -u +%T) done (exit $rc)"
+exit "$rc"
