@@ -81,6 +81,12 @@ func Now[T resource.Managed](mgr ctrl.Manager, o controller.Options, k Kind[T]) 
 		// The last step of a deletion retries a conflicting finalizer removal on a fresh copy
 		// instead of waiting out the backoff (finalizer.go).
 		managed.WithFinalizer(Finalizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}),
+		// No creation grace period: crossplane-runtime waits 30 s after a create before it
+		// trusts an Observe that finds nothing, for eventually consistent cloud APIs. Every
+		// Observe here reads the host's libvirt, which shows what Create made at once; the wait
+		// only held up deleting a resource whose create failed (a refused BaseImage took 30 s
+		// to go) and a publish retried after its backoff (baseimage.retryDelay).
+		managed.WithCreationGracePeriod(0),
 	}
 	if k.Timeout > 0 {
 		opts = append(opts, managed.WithTimeout(k.Timeout))
