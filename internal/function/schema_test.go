@@ -103,6 +103,7 @@ image: {baseImageName: debian-12}
 vcpu: 1
 memoryMiB: 512
 port: 3128
+replicas: 1
 allowedCIDRs: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16]
 probe: {url: "http://192.168.122.1:8204/", expectedStatus: 204}
 `)
