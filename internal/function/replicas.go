@@ -106,7 +106,8 @@ func observedReplica(observed map[resource.Name]resource.ObservedComposed, r int
 
 // placeReplicas decides the hosts of replicas 1 to p.Replicas-1 (replica 0's is first): the
 // host its composed resources name, else the one status.generations recorded, else one
-// placement chooses apart from the others' hosts. When placement needs the hosts, w is the
+// placement chooses apart from the others' hosts. spec.host names replica 0's host only; the
+// others are placed among the hosts the platform (and the shared BaseImage) allow. When placement needs the hosts, w is the
 // requirement to ask for (nil when none is needed).
 func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy,
 	observed map[resource.Name]resource.ObservedComposed, first string) ([]replicaAt, *where, error) {
@@ -134,16 +135,6 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 		return at, nil, nil
 	}
 	mode := antiAffinity(pol)
-	if spec.Host != "" {
-		for _, r := range need {
-			if mode == placement.Strict {
-				at[r].reason, at[r].why = ReasonNoHostFits, "spec.host names one host, and the platform's anti-affinity is Strict: a replica needs a host without another replica of this Proxy"
-				continue
-			}
-			at[r].host = spec.Host
-		}
-		return at, nil, nil
-	}
 	hosts, w, err := candidates(req, spec, p, ns, pol)
 	if err != nil {
 		return nil, nil, err
