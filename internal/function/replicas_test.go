@@ -159,19 +159,19 @@ func TestReplicas(t *testing.T) {
 
 	type want struct {
 		Domains       []string // masked resource name@host
-		Endpoints     []string          // ip=ready
+		Endpoints     []string // ip=ready
 		Replicas      any
 		ReadyReplicas any
 		Placed        string // status/reason
 		ProxyReady    string // status
 	}
 	cases := map[string]struct {
-		reason   string
-		xr       string
-		observed map[string]string
-		policy   string
+		reason    string
+		xr        string
+		observed  map[string]string
+		policy    string
 		hostBFull bool
-		want     want
+		want      want
 	}{
 		"ScaleUpSpreads": {
 			reason:   "A second replica goes to the host without a replica; replica 0 keeps its names.",
@@ -236,8 +236,8 @@ func TestReplicas(t *testing.T) {
 				Replicas: float64(1), ReadyReplicas: float64(1), Placed: "STATUS_CONDITION_TRUE/Placed", ProxyReady: "STATUS_CONDITION_TRUE"},
 		},
 		"ScaleDownRemovesTheHighest": {
-			reason:   "From three to two, replica 2 goes; replicas 0 and 1 stay.",
-			xr:       xrWithStatus(t, replicatedXR, twoStatus),
+			reason: "From three to two, replica 2 goes; replicas 0 and 1 stay.",
+			xr:     xrWithStatus(t, replicatedXR, twoStatus),
 			observed: observe(t, func() map[string]map[string]any {
 				rsp := runAt(t, replicaReq(t, xrWithStatus(t, three, twoStatus), observe(t, two, bothSt), testPolicy, false), now)
 				return desired(rsp)

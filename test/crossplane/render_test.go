@@ -431,6 +431,18 @@ func (r rendered) wantStatus(t *testing.T, want map[string]any) {
 	// The generations are in the golden files, and checked by the roll-out cases.
 	delete(st, "generation")
 	delete(st, "generations")
+	// Every case here is a Proxy of one replica: Ready (or Updating) ones have it Ready.
+	if len(st) > 0 && st["phase"] != "Pending" {
+		ready := int64(0)
+		if st["phase"] == "Ready" || st["phase"] == "Updating" {
+			ready = 1
+		}
+		if st["replicas"] != int64(1) || st["readyReplicas"] != ready {
+			t.Errorf("XR status replicas %v, readyReplicas %v, want 1 and %d", st["replicas"], st["readyReplicas"], ready)
+		}
+	}
+	delete(st, "replicas")
+	delete(st, "readyReplicas")
 	if d := cmp.Diff(want, st); d != "" {
 		t.Errorf("XR status (-want +got):\n%s", d)
 	}
@@ -447,6 +459,7 @@ func (r rendered) wantDefaults(t *testing.T) {
 	wantField(t, xr, "spec.vcpu", int64(1))
 	wantField(t, xr, "spec.memoryMiB", int64(512))
 	wantField(t, xr, "spec.port", int64(3128))
+	wantField(t, xr, "spec.replicas", int64(1))
 	wantField(t, xr, "spec.probe.expectedStatus", int64(204))
 	wantField(t, xr, "spec.allowedCIDRs", []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"})
 }
