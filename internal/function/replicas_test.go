@@ -385,3 +385,83 @@ func TestReplicasRollout(t *testing.T) {
 		t.Errorf("the roll-out over two replicas (-want +got):\n%s", diff)
 	}
 }
+
+// TestReplicasPortChange rolls a port change over two replicas: while one replica listens
+// on the new port and the other on the old, the Service has both ports and each EndpointSlice
+// lists its replicas at the port they listen on, two Ready VMs at every step.
+func TestReplicasPortChange(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	d, status := settled(t, replicatedXR)
+	edited := strings.Replace(replicatedXR, "spec:\n", "spec:\n  port: 8080\n", 1)
+	old := map[string]bool{}
+	for k := range d {
+		old[k] = true
+	}
+	ipOf := func(k string) string {
+		switch {
+		case k == ResourceDomain:
+			return "192.168.122.50"
+		case strings.HasPrefix(k, ResourceDomain+"-r1-") && old[k]:
+			return "192.168.122.51"
+		case strings.HasPrefix(k, ResourceDomain+"-r1-"):
+			return "192.168.122.61"
+		default:
+			return "192.168.122.60"
+		}
+	}
+	listens := map[string]float64{"192.168.122.50": 3128, "192.168.122.51": 3128, "192.168.122.60": 8080, "192.168.122.61": 8080}
+	sawPrev := false
+	for i := 0; i < 12; i++ {
+		s := map[string]string{}
+		for k := range d {
+			switch {
+			case strings.HasPrefix(k, ResourceDomain):
+				s[k] = domainAt(ipOf(k), true)
+			case strings.HasPrefix(k, ResourceSeed):
+				s[k] = inputReady
+			}
+		}
+		rsp := runAt(t, replicaReq(t, xrWithStatus(t, edited, status), asObserved(t, d, s), testPolicy, false), now)
+		prev := d
+		d, status = desired(rsp), xrStatusAll(rsp)
+		if cmp.Diff(prev, d) == "" {
+			break
+		}
+		ready := 0
+		for _, key := range []string{ResourceEndpoints, ResourceEndpointsPrev} {
+			eps, ok := d[key]
+			if !ok {
+				continue
+			}
+			sawPrev = sawPrev || key == ResourceEndpointsPrev
+			ports, _ := eps["ports"].([]any)
+			for _, p := range ports {
+				port := p.(map[string]any)["port"].(float64)
+				for _, e := range eps["endpoints"].([]any) {
+					for _, a := range e.(map[string]any)["addresses"].([]any) {
+						if listens[a.(string)] != port {
+							t.Errorf("step %d: EndpointSlice %s lists %s at port %v; it listens on %v", i, key, a, port, listens[a.(string)])
+						}
+					}
+				}
+			}
+			ready += len(eps["endpoints"].([]any))
+		}
+		if ready < 2 {
+			t.Errorf("step %d: %d VMs listed, want at least 2: %v", i, ready, endpointIPs(d))
+		}
+	}
+	if !sawPrev {
+		t.Errorf("the replicas on the old port never had an EndpointSlice of their own")
+	}
+	if got := endpointIPs(d); cmp.Diff([]string{"192.168.122.60=true", "192.168.122.61=true"}, got) != "" {
+		t.Errorf("EndpointSlice once rolled = %v, want the new VMs", got)
+	}
+	if _, ok := d[ResourceEndpointsPrev]; ok {
+		t.Errorf("the old port's EndpointSlice outlives the roll-out")
+	}
+	svc := d[ResourceService]["spec"].(map[string]any)["ports"].([]any)
+	if len(svc) != 1 || svc[0].(map[string]any)["port"] != float64(8080) {
+		t.Errorf("Service ports once rolled = %v, want 8080 only", svc)
+	}
+}
