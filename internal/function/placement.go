@@ -95,7 +95,7 @@ type where struct {
 // sticky: a Proxy never moves on its own, and a later change of capacity never moves it);
 // else the host placement chooses among the ClusterProviderConfigs Crossplane gave for the
 // requirement (asked for in this response when not given yet).
-func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed) (where, error) { //nolint:gocyclo // one ordered list of where a host comes from
+func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed) (where, error) {
 
 	if spec.Host != "" {
 		return where{host: p.Host, reason: ReasonHostGiven, message: "spec.host names host " + p.Host}, nil

@@ -111,26 +111,7 @@ func observedReplica(observed map[resource.Name]resource.ObservedComposed, r int
 // requirement to ask for (nil when none is needed).
 func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy,
 	observed map[resource.Name]resource.ObservedComposed, first string) ([]replicaAt, *where, error) {
-	at := make([]replicaAt, p.Replicas)
-	at[0].host = first
-	recorded := map[int]string{}
-	for _, s := range readStatusGenerations(xr) {
-		if s.Replica > 0 && s.Host != "" {
-			recorded[s.Replica] = s.Host
-		}
-	}
-	var need []int
-	for r := 1; r < len(at); r++ {
-		if h := composedHost(observed, r); h != "" {
-			at[r].host = h
-			continue
-		}
-		if h := recorded[r]; h != "" {
-			at[r].host = h
-			continue
-		}
-		need = append(need, r)
-	}
+	at, need := placedReplicas(xr, observed, int(p.Replicas), first)
 	if len(need) == 0 {
 		return at, nil, nil
 	}
@@ -178,6 +159,32 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 		use(d.Host)
 	}
 	return at, &w, nil
+}
+
+// placedReplicas are the n replicas' hosts as placed before (replica 0's is first): each
+// replica's composed resources', else the one status.generations recorded; need are the
+// replicas without one.
+func placedReplicas(xr *composite.Unstructured, observed map[resource.Name]resource.ObservedComposed, n int, first string) ([]replicaAt, []int) {
+	at := make([]replicaAt, n)
+	at[0].host = first
+	recorded := map[int]string{}
+	for _, s := range readStatusGenerations(xr) {
+		if s.Replica > 0 && s.Host != "" {
+			recorded[s.Replica] = s.Host
+		}
+	}
+	var need []int
+	for r := 1; r < n; r++ {
+		switch h := composedHost(observed, r); {
+		case h != "":
+			at[r].host = h
+		case recorded[r] != "":
+			at[r].host = recorded[r]
+		default:
+			need = append(need, r)
+		}
+	}
+	return at, need
 }
 
 // placedMessage is the Placed condition of a Proxy whose replica 0 is placed (msg says
