@@ -271,6 +271,15 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
+	// Replicas on the two-host LAN without an extra Proxy: team-b/build-cache (on hostB, its
+	// own image) to two replicas, one per host, then `kubectl scale` back to one.
+	step("replicas-build-cache", func(t *testing.T) {
+		logf("  scale a running Proxy (team-b/build-cache): spec.replicas 2 puts a second VM on the other host; the scale subresource back to 1 removes it")
+		if err := e.checkReplicas(ctx, cases[2], hostB, hostA); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	var baseVol string // team-a's shared base volume
 	step("delete-egress-a", func(t *testing.T) {
 		logf("4/5 delete Proxy team-a/egress-a")
