@@ -465,3 +465,72 @@ func TestReplicasPortChange(t *testing.T) {
 		t.Errorf("Service ports once rolled = %v, want 8080 only", svc)
 	}
 }
+
+func TestOneAtATime(t *testing.T) {
+	gen := func(id string, exists bool) *generation { return &generation{id: id, exists: exists} }
+	rolling := func(r int, from, to *generation) *replicaPlan {
+		return &replicaPlan{r: r, want: to, pl: plan{compose: []*generation{from, to}, endpoints: from, secret: from, from: from, to: to}}
+	}
+	current := func(r int, g *generation) *replicaPlan {
+		return &replicaPlan{r: r, want: g, pl: plan{compose: []*generation{g}, endpoints: g, secret: g}}
+	}
+	// summary: each replica's composed ids.
+	sum := func(ps []*replicaPlan) []string {
+		var out []string
+		for _, p := range ps {
+			var ids []string
+			for _, g := range p.pl.compose {
+				ids = append(ids, g.id)
+			}
+			out = append(out, strings.Join(ids, ","))
+		}
+		return out
+	}
+	cases := map[string]struct {
+		reason string
+		plans  func() []*replicaPlan
+		failed *failure
+		want   []string
+	}{
+		"LowestFirst": {
+			reason: "With no new generation composed yet, the lowest replica rolls; the others keep their serving one.",
+			plans: func() []*replicaPlan {
+				return []*replicaPlan{rolling(0, gen("a0", true), gen("b0", false)), rolling(1, gen("a1", true), gen("b1", false))}
+			},
+			want: []string{"a0,b0", "a1"},
+		},
+		"TheOneUnderWayGoesOn": {
+			reason: "A replica whose new generation exists goes on, even when a lower one has a change too.",
+			plans: func() []*replicaPlan {
+				return []*replicaPlan{rolling(0, gen("a0", true), gen("c0", false)), rolling(1, gen("a1", true), gen("b1", true))}
+			},
+			want: []string{"a0", "a1,b1"},
+		},
+		"DoneReplicasUntouched": {
+			reason: "A replica on the spec's generation is as planned; the next one with a change rolls.",
+			plans: func() []*replicaPlan {
+				return []*replicaPlan{current(0, gen("b0", true)), rolling(1, gen("a1", true), gen("b1", false))}
+			},
+			want: []string{"b0", "a1,b1"},
+		},
+		"AFailureHoldsEveryReplica": {
+			reason: "While the spec's generation failed on replica 0, replica 1 does not try it.",
+			plans: func() []*replicaPlan {
+				held := current(0, gen("a0", true))
+				held.want = gen("b0", true) // the spec's generation, dropped past the bound
+				return []*replicaPlan{held, rolling(1, gen("a1", true), gen("b1", false))}
+			},
+			failed: &failure{ID: "b0", Replica: 0},
+			want:   []string{"a0", "a1"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ps := tc.plans()
+			oneAtATime(ps, tc.failed)
+			if diff := cmp.Diff(tc.want, sum(ps)); diff != "" {
+				t.Errorf("%s\n(-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
