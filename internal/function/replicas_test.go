@@ -2,6 +2,7 @@ package function
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"sort"
 	"strings"
@@ -532,5 +533,63 @@ func TestOneAtATime(t *testing.T) {
 				t.Errorf("%s\n(-want +got):\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// TestReplicasRolloutFailsOnReplica1: replica 0 is replaced, replica 1's new generation is
+// not Ready within the bound: it is dropped, replica 1's old VM keeps serving beside replica
+// 0's new one, and status.failedGeneration names replica 1.
+func TestReplicasRolloutFailsOnReplica1(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	d, status := settled(t, replicatedXR)
+	edited := strings.Replace(replicatedXR, "spec:\n", "spec:\n  allowedCIDRs: [10.0.0.0/8]\n", 1)
+	old := map[string]bool{}
+	for k := range d {
+		old[k] = true
+	}
+	st := func(d map[string]map[string]any) map[string]string {
+		s := map[string]string{}
+		for k := range d {
+			switch {
+			case k == ResourceDomain:
+				s[k] = domainAt("192.168.122.50", true)
+			case strings.HasPrefix(k, ResourceDomain+"-r1-") && old[k]:
+				s[k] = domainAt("192.168.122.51", true)
+			case strings.HasPrefix(k, ResourceDomain+"-r1-"):
+				s[k] = "metadata: {creationTimestamp: \"2026-01-01T11:00:00Z\"}\n" + domainAt("192.168.122.61", false)
+			case strings.HasPrefix(k, ResourceDomain+"-"):
+				s[k] = domainAt("192.168.122.60", true)
+			case strings.HasPrefix(k, ResourceSeed):
+				s[k] = inputReady
+			}
+		}
+		return s
+	}
+	var rsp *fnv1.RunFunctionResponse
+	for i := 0; i < 12; i++ {
+		rsp = runAt(t, replicaReq(t, xrWithStatus(t, edited, status), asObserved(t, d, st(d)), testPolicy, false), now)
+		prev := d
+		d, status = desired(rsp), xrStatusAll(rsp)
+		if cmp.Diff(prev, d) == "" {
+			break
+		}
+	}
+	if diff := cmp.Diff([]string{"domain-<id>@host-a", "domain-r1-<id>@host-b"}, domainHosts(d)); diff != "" {
+		t.Errorf("domains once replica 1's replacement failed (-want +got):\n%s", diff)
+	}
+	for k := range d {
+		if strings.HasPrefix(k, ResourceDomain+"-r1-") && !old[k] {
+			t.Errorf("replica 1's failed generation %s is still composed", k)
+		}
+	}
+	if diff := cmp.Diff([]string{"192.168.122.51=true", "192.168.122.60=true"}, endpointIPs(d)); diff != "" {
+		t.Errorf("EndpointSlice (-want +got):\n%s", diff)
+	}
+	fg, _ := status["failedGeneration"].(map[string]any)
+	if fg["replica"] != float64(1) || !strings.Contains(fmt.Sprint(fg["message"]), "was not Ready within 15m0s") {
+		t.Errorf("status.failedGeneration = %v, want replica 1's, not Ready within the bound", fg)
+	}
+	if c := conditionOf(rsp, ConditionUpToDate); c == nil || c.GetReason() != ReasonReplacementFailed {
+		t.Errorf("UpToDate = %v, want ReplacementFailed", c)
 	}
 }
