@@ -138,6 +138,9 @@ func (f *Function) composeGenerations(in rollIn, rsp *fnv1.RunFunctionResponse) 
 		}
 		return false
 	}
+	// The BaseImages composed in this call, by host, url and sha256: a replica placed beside
+	// another on its host, before either image is observed, shares it.
+	images := map[string][2]string{}
 	composeGen := func(g *generation, ready bool) error {
 		gp := g.def.Proxy()
 		gn := namesOf(in.n, in.base, g)
@@ -146,6 +149,13 @@ func (f *Function) composeGenerations(in rollIn, rsp *fnv1.RunFunctionResponse) 
 			if !g.legacy {
 				key, name = imageOf(in.observed, in.base, g)
 			}
+			at := gp.Host + " " + gp.ImageURL + " " + gp.ImageSHA256
+			if prev, ok := images[at]; ok {
+				if _, observed := in.observed[key]; !observed {
+					key, name = resource.Name(prev[0]), prev[1]
+				}
+			}
+			images[at] = [2]string{string(key), name}
 			gn.BaseImage = name
 			if err := put(key, labelled(BaseImage(gp, gn, in.ns), g), ready); err != nil {
 				return err
