@@ -6,10 +6,9 @@ import (
 	"strconv"
 	"strings"
 
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/resource"
 	"github.com/crossplane/function-sdk-go/resource/composite"
-
-	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	ppv1 "github.com/provider-kvm/provider-kvm/apis/proxypolicy/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/placement"
