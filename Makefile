@@ -193,11 +193,14 @@ test-e2e-prep: $(E2E_DEPS) ## What make e2e needs, built, and the LAN's network 
 	CI="$${CI:-}" flock -o $(LAN_LOCK) cluster/lan/exec.sh node go test -tags lan -count=1 -timeout 10m -run 'TestSSHAcrossTheLAN|TestHostKeysArePinned|TestTrafficStaysInside|TestHostStatusOnTheLAN' ./test/lan/
 
 # What the test bed's Go suite needs: envtest's two servers, and the Crossplane CLI with
-# function-auto-ready for test/crossplane.
+# function-auto-ready for test/crossplane, which validates the XRDs against the CRDs of the core
+# the project runs (the module's source, downloaded here: the suite runs offline).
+CROSSPLANE_CORE_VERSION ?= v2.4.0
 envtest-bins:
 	cluster/controlplane/build.sh "$(KUBEBUILDER_ASSETS)" kube-apiserver etcd
 test-tools:
 	BIN_DIR="$(CACHE_DIR)/bin" cluster/crossplane/build.sh crossplane function-auto-ready
+	cd /tmp && GOFLAGS= GOWORK=off go mod download github.com/crossplane/crossplane/v2@$(CROSSPLANE_CORE_VERSION)
 
 # End to end on the single-node Kubernetes of cluster/node (cluster/e2e, docs/e2e.md): the
 # Crossplane core and the packages of make xpkg as pods, on the LAN test bed (netns node, libvirt

@@ -27,7 +27,7 @@ set -euo pipefail
 BIN=${BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm/bin}
 WORK=${WORK_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm/crossplane-build}
 CLI_VERSION=${CLI_VERSION:-v2.2.1}
-CORE_VERSION=${CORE_VERSION:-v2.4.0}
+CORE_VERSION=${CORE_VERSION:-v2.4.0} # test/crossplane validate_test.go coreVersion and the Makefile's CROSSPLANE_CORE_VERSION follow it
 AUTOREADY_VERSION=${AUTOREADY_VERSION:-v0.7.0}
 CRANE_VERSION=${CRANE_VERSION:-v0.20.7}
 

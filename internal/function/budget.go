@@ -62,7 +62,8 @@ func checkBudget(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, bu
 	}
 	// This Proxy is the Proxy itself, or for a legacy XR its claim. Its own spec counts as it
 	// is now; one the list lacks (not seen yet) comes last.
-	self := holder{created: time.Unix(1<<40, 0), kind: "Proxy", name: xr.GetName(), vcpu: int64(p.VCPU), mem: int64(p.MemoryMiB)}
+	// Every replica is a VM: a Proxy of two counts twice its vCPUs and memory.
+	self := holder{created: time.Unix(1<<40, 0), kind: "Proxy", name: xr.GetName(), vcpu: int64(p.VCPU) * int64(p.Replicas), mem: int64(p.MemoryMiB) * int64(p.Replicas)}
 	if xr.GetNamespace() == "" {
 		self.kind = "ProxyClaim"
 		self.name, _ = xr.GetString("spec.claimRef.name")
@@ -86,9 +87,10 @@ func holders(req *fnv1.RunFunctionRequest, ns string) ([]holder, bool, error) {
 			if u.GetKind() != kind || u.GetNamespace() != ns {
 				continue
 			}
+			replicas := intOr(unstructuredInt(u.Object, "spec", "replicas"), DefaultReplicas)
 			all = append(all, holder{created: u.GetCreationTimestamp().Time, kind: kind, name: u.GetName(),
-				vcpu: intOr(unstructuredInt(u.Object, "spec", "vcpu"), DefaultVCPU),
-				mem:  intOr(unstructuredInt(u.Object, "spec", "memoryMiB"), DefaultMemoryMiB)})
+				vcpu: intOr(unstructuredInt(u.Object, "spec", "vcpu"), DefaultVCPU) * replicas,
+				mem:  intOr(unstructuredInt(u.Object, "spec", "memoryMiB"), DefaultMemoryMiB) * replicas})
 		}
 	}
 	return all, pending, nil

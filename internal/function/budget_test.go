@@ -2,6 +2,7 @@ package function
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -96,6 +97,20 @@ spec: {image: {baseImageName: debian-12}, vcpu: 4}
 			proxies: []string{b, c},
 			claims:  []string{},
 			want:    []string{"Proxy team-a/a breaks the platform's policy: spec.vcpu: namespace team-a's budget is 4 vCPUs (policy budgets); the Proxies created before this one hold 3 and this one asks for 2"},
+		},
+		"ReplicasCountSelf": {
+			reason:  "a Proxy of two replicas asks for twice its vCPUs",
+			xr:      strings.Replace(budgetProxy("e", "2026-12-01T11:00:00Z", 2), "  vcpu:", "  replicas: 2\n  vcpu:", 1),
+			proxies: []string{a},
+			claims:  []string{},
+			want:    []string{"Proxy team-a/e breaks the platform's policy: spec.vcpu: namespace team-a's budget is 4 vCPUs (policy budgets); the Proxies created before this one hold 2 and this one asks for 4"},
+		},
+		"ReplicasCountOthers": {
+			reason:  "a Proxy of two replicas created before holds twice its vCPUs",
+			xr:      c,
+			proxies: []string{strings.Replace(budgetProxy("early", "2026-12-01T09:00:00Z", 2), "  vcpu:", "  replicas: 2\n  vcpu:", 1), c},
+			claims:  []string{},
+			want:    []string{"Proxy team-a/c breaks the platform's policy: spec.vcpu: namespace team-a's budget is 4 vCPUs (policy budgets); the Proxies created before this one hold 4 and this one asks for 1"},
 		},
 		"MaxProxies": {
 			reason:  "the fourth Proxy of a namespace with a budget of 3",

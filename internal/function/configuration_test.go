@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/structpb"
+	extv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
 	xpv1 "github.com/crossplane/crossplane/apis/v2/apiextensions/v1"
@@ -122,6 +123,23 @@ func TestXRDs(t *testing.T) {
 		t.Fatalf("xrd-legacy.yaml versions = %+v", legacy.Spec.Versions)
 	}
 
+	// Both serve the scale subresource on spec.replicas (kubectl scale); Crossplane gives the
+	// claim's CRD the same.
+	wantScale := &extv1.CustomResourceSubresourceScale{SpecReplicasPath: ".spec.replicas", StatusReplicasPath: ".status.replicas"}
+	var got2, got1 *extv1.CustomResourceSubresourceScale
+	if sr := xrd.Spec.Versions[0].Subresources; sr != nil {
+		got2 = sr.Scale
+	}
+	if sr := legacy.Spec.Versions[0].Subresources; sr != nil {
+		got1 = sr.Scale
+	}
+	if d := cmp.Diff(wantScale, got2); d != "" {
+		t.Errorf("xrd.yaml scale subresource (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(wantScale, got1); d != "" {
+		t.Errorf("xrd-legacy.yaml scale subresource (-want +got):\n%s", d)
+	}
+
 	// Both XRDs offer the same spec and status.
 	v2s := schemaOf(t, xrd.Spec.Versions[0].Schema.OpenAPIV3Schema.Raw)
 	v1s := schemaOf(t, legacy.Spec.Versions[0].Schema.OpenAPIV3Schema.Raw)
@@ -157,14 +175,14 @@ func checkSpecFields(t *testing.T, s map[string]any) {
 	for k := range spec {
 		fields = append(fields, k)
 	}
-	want := []string{"allowedCIDRs", "allowedDomains", "diskSizeGiB", "host", "hostSelector", "image", "memoryMiB", "port", "probe", "squidDirectives", "sshAuthorizedKeys", "vcpu"}
+	want := []string{"allowedCIDRs", "allowedDomains", "diskSizeGiB", "host", "hostSelector", "image", "memoryMiB", "port", "probe", "replicas", "squidDirectives", "sshAuthorizedKeys", "vcpu"}
 	if d := cmp.Diff(want, sorted(fields)); d != "" {
 		t.Errorf("spec fields (-want +got):\n%s", d)
 	}
 	def := func(f string) any { return spec[f].(map[string]any)["default"] }
 	wantDefaults := map[string]any{
 		"host": nil, "vcpu": float64(DefaultVCPU), "memoryMiB": float64(DefaultMemoryMiB),
-		"port": float64(DefaultPort), "allowedCIDRs": []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"},
+		"port": float64(DefaultPort), "replicas": float64(DefaultReplicas), "allowedCIDRs": []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"},
 	}
 	gotDefaults := map[string]any{}
 	for f := range wantDefaults {
@@ -182,7 +200,7 @@ func checkSpecFields(t *testing.T, s map[string]any) {
 	for k := range status {
 		sf = append(sf, k)
 	}
-	if d := cmp.Diff([]string{"failedGeneration", "generation", "generations", "host", "ip", "message", "phase", "secretName", "url"}, sorted(sf)); d != "" {
+	if d := cmp.Diff([]string{"failedGeneration", "generation", "generations", "host", "ip", "message", "phase", "readyReplicas", "replicas", "secretName", "url"}, sorted(sf)); d != "" {
 		t.Errorf("status fields (-want +got):\n%s", d)
 	}
 }

@@ -165,13 +165,28 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return unplaced(rsp, dxr, w, n)
 	}
 	p.Host = w.host
-	response.ConditionTrue(rsp, ConditionPlaced, w.reason).WithMessage(w.message).TargetCompositeAndClaim()
+	at, rw, err := placeReplicas(req, xr, spec, p, ns, pol, observed, w.host)
+	if err != nil {
+		return errors.Wrapf(err, "invalid %s", what)
+	}
+	if rw != nil && rw.selector != nil {
+		require(rsp, *rw)
+	}
+	switch ok, reason, msg := placedMessage(at, w.message); {
+	case ok:
+		response.ConditionTrue(rsp, ConditionPlaced, w.reason).WithMessage(msg).TargetCompositeAndClaim()
+	case reason == ReasonChoosing:
+		response.ConditionUnknown(rsp, ConditionPlaced, reason).WithMessage(msg).TargetCompositeAndClaim()
+	default:
+		response.ConditionFalse(rsp, ConditionPlaced, reason).WithMessage(msg).TargetCompositeAndClaim()
+		response.Warning(rsp, errors.New(msg)).WithReason(reason).TargetCompositeAndClaim()
+	}
 
 	userData, err := UserData(p, n.Domain)
 	if err != nil {
 		return err
 	}
-	if err := f.composeGenerations(rollIn{xr: xr, dxr: dxr, pol: pol, p: p, n: n, ns: ns, base: baseName(xr), userData: userData,
+	if err := f.composeGenerations(rollIn{xr: xr, dxr: dxr, pol: pol, p: p, at: at, n: n, ns: ns, base: baseName(xr), userData: userData,
 		observed: observed, desired: desired}, rsp); err != nil {
 		return err
 	}

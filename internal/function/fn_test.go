@@ -110,11 +110,13 @@ func mustNoFatal(t *testing.T, rsp *fnv1.RunFunctionResponse) {
 }
 
 // xrStatus is the status the function wrote to the desired XR, without the generations
-// (generation_test.go tests those).
+// (generation_test.go tests those) and the replica counts.
 func xrStatus(rsp *fnv1.RunFunctionResponse) map[string]any {
 	s := xrStatusAll(rsp)
 	delete(s, "generation")
 	delete(s, "generations")
+	delete(s, "replicas") // replicas_test.go tests these
+	delete(s, "readyReplicas")
 	return s
 }
 

@@ -140,10 +140,11 @@ func genNames(n Names, base, id string, legacy bool) Names {
 
 // generation is one generation as observed.
 type generation struct {
-	id     string
-	legacy bool
-	keys   genKeys
-	def    Def
+	id      string
+	replica int // the replica it serves (replicas.go); 0 the one the Secret names
+	legacy  bool
+	keys    genKeys
+	def     Def
 	// known: def was read back (always for a generation composed with an id, whose
 	// definition is its annotation).
 	known   bool
@@ -163,13 +164,16 @@ const LabelGeneration = "proxy.kvm.crossplane.io/generation"
 // definition cannot be read back (its KVMDomain shows no forProvider) is taken to be want,
 // the desired one: it is never replaced on a guess. (The SeedVolume of a generation that
 // is not observed yet reads as unknown, but such a generation is new, never legacy.)
-func observedGenerations(observed map[resource.Name]resource.ObservedComposed, composesImage bool, want Def, wantID string) map[string]*generation {
+//
+// Replica r (above 0) has no legacy generation: its resources are domain-r<r>-<id> and
+// seed-r<r>-<id> (replicas.go).
+func observedGenerations(observed map[resource.Name]resource.ObservedComposed, replica int, composesImage bool, want Def, wantID string) map[string]*generation {
 	gens := map[string]*generation{}
 	for name := range observed {
 		s := string(name)
-		for _, prefix := range []string{ResourceSeed + "-", ResourceDomain + "-"} {
+		for _, prefix := range []string{ResourceSeed + "-" + replicaInfix(replica), ResourceDomain + "-" + replicaInfix(replica)} {
 			if id, ok := strings.CutPrefix(s, prefix); ok && len(id) == genIDLen && gens[id] == nil {
-				gens[id] = &generation{id: id, keys: keysFor(id, false), known: true}
+				gens[id] = &generation{id: id, replica: replica, keys: keysForReplica(replica, id), known: true}
 				break
 			}
 		}
@@ -177,7 +181,7 @@ func observedGenerations(observed map[resource.Name]resource.ObservedComposed, c
 	for _, g := range gens {
 		g.def, _ = readDef(observed, g.keys)
 	}
-	if _, ok := observed[ResourceDomain]; ok {
+	if _, ok := observed[ResourceDomain]; ok && replica == 0 {
 		def, known := readDef(observed, keysFor("", true))
 		g := &generation{legacy: true, keys: keysFor("", true), def: def, known: known, id: wantID}
 		if known {
@@ -259,7 +263,10 @@ func composedImage(observed map[resource.Name]resource.ObservedComposed, name st
 // composes: one the Proxy composed already for the same url and sha256 (a generation
 // changing something else shares it), else base-image-<hash of url and sha256> named
 // <xr>-image-<hash>.
-func imageFor(observed map[resource.Name]resource.ObservedComposed, base string, def Def) (resource.Name, string) {
+//
+// A replica above 0 on another host needs the image on its own host: only an image on def's
+// host is shared, and a replica's own is base-image-<hash of url, sha256 and host>.
+func imageFor(observed map[resource.Name]resource.ObservedComposed, base string, def Def, replica int) (resource.Name, string) {
 	keys := make([]string, 0, len(observed))
 	for key := range observed {
 		keys = append(keys, string(key))
@@ -272,11 +279,16 @@ func imageFor(observed map[resource.Name]resource.ObservedComposed, base string,
 		}
 		url, _ := o.Resource.GetString("spec.forProvider.source.url")
 		sum, _ := o.Resource.GetString("spec.forProvider.source.sha256")
-		if url == def.ImageURL && sum == def.ImageSHA256 {
+		host, _ := o.Resource.GetString("spec.providerConfigRef.name")
+		if url == def.ImageURL && sum == def.ImageSHA256 && (host == def.Host || host == "") {
 			return resource.Name(key), o.Resource.GetName()
 		}
 	}
-	sum := sha256.Sum256([]byte(def.ImageURL + "@" + def.ImageSHA256))
+	key := def.ImageURL + "@" + def.ImageSHA256
+	if replica > 0 {
+		key += "@" + def.Host
+	}
+	sum := sha256.Sum256([]byte(key))
 	id := hex.EncodeToString(sum[:])[:genIDLen]
 	return resource.Name(ResourceBaseImage + "-" + id), childName(base, "-image-"+id)
 }

@@ -95,45 +95,68 @@ type where struct {
 // sticky: a Proxy never moves on its own, and a later change of capacity never moves it);
 // else the host placement chooses among the ClusterProviderConfigs Crossplane gave for the
 // requirement (asked for in this response when not given yet).
-func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed) (where, error) { //nolint:gocyclo // one ordered list of where a host comes from
+func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed) (where, error) {
 
 	if spec.Host != "" {
 		return where{host: p.Host, reason: ReasonHostGiven, message: "spec.host names host " + p.Host}, nil
 	}
-	if h := composedHost(observed); h != "" {
+	if h := composedHost(observed, 0); h != "" {
 		return where{host: h, reason: ReasonPlaced, message: "placed on host " + h}, nil
 	}
 	if h, _ := xr.GetString(statusHostField); h != "" {
 		return where{host: h, reason: ReasonPlaced, message: "placed on host " + h}, nil
 	}
+	hosts, w, err := candidates(req, spec, p, ns, pol)
+	if err != nil || w.reason == ReasonChoosing {
+		return w, err
+	}
+	want := placement.Size{VCPUs: int64(p.VCPU), MemoryBytes: int64(p.MemoryMiB) << 20}
+	d := placement.Place(hosts, want)
+	if d.Host == "" {
+		w.reason, w.message = ReasonNoHostFits, d.Why()
+		if len(hosts) == 0 && len(w.selector) > 0 {
+			w.message = "no host (ClusterProviderConfig) has the labels " + labels(w.selector)
+		}
+		return w, nil
+	}
+	w.host, w.reason = d.Host, ReasonPlaced
+	w.message = fmt.Sprintf("placed on host %s: %d MiB of memory and %d vCPUs left there once placed (of %d hosts considered)", d.Host, d.Room.MemoryBytes>>20, d.Room.VCPUs, len(hosts))
+	return w, nil
+}
+
+// candidates are the hosts a Proxy may be placed on, as placement sees them, each host the
+// Proxy may not use marked Excluded with why; w carries the requirement to ask Crossplane for
+// (selector, image, namespace), and reason ReasonChoosing while Crossplane has not given all
+// of it yet.
+func candidates(req *fnv1.RunFunctionRequest, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy) ([]placement.Host, where, error) { //nolint:gocyclo // one ordered list of what excludes a host
 	sel, err := selector(spec.HostSelector, pol)
 	if err != nil {
-		return where{}, err
+		return nil, where{}, err
 	}
 	w := where{selector: sel, image: p.BaseImageName, ns: ns}
 	got, ok, err := request.GetRequiredResource(req, RequirementHosts)
 	if err != nil {
-		return w, errors.Wrap(err, "cannot read the hosts (ClusterProviderConfigs) Crossplane gave")
+		return nil, w, errors.Wrap(err, "cannot read the hosts (ClusterProviderConfigs) Crossplane gave")
 	}
 	imageHost, imageOK := "", true
 	if p.BaseImageName != "" {
 		var imgs []resource.Required
 		imgs, imageOK, err = request.GetRequiredResource(req, RequirementBaseImage)
 		if err != nil {
-			return w, errors.Wrap(err, "cannot read the BaseImage Crossplane gave")
+			return nil, w, errors.Wrap(err, "cannot read the BaseImage Crossplane gave")
 		}
 		imageHost = baseImageHost(imgs, ns)
 	}
 	if !ok || !imageOK {
 		w.reason, w.message = ReasonChoosing, msgChoosing
-		return w, nil
+		return nil, w, nil
 	}
 	var nsLabels map[string]string
 	hosts := make([]placement.Host, 0, len(got))
 	for _, r := range got {
 		h, err := candidate(r.Resource.Object)
 		if err != nil {
-			return w, err
+			return nil, w, err
 		}
 		if imageHost != "" && h.Name != imageHost {
 			h.Excluded = fmt.Sprintf("BaseImage %s is on host %s", p.BaseImageName, imageHost)
@@ -148,11 +171,11 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 		w.namespaceNeeded = true
 		nss, ok, err := request.GetRequiredResource(req, RequirementNamespace)
 		if err != nil {
-			return w, errors.Wrap(err, "cannot read the Namespace Crossplane gave")
+			return nil, w, errors.Wrap(err, "cannot read the Namespace Crossplane gave")
 		}
 		if !ok {
 			w.reason, w.message = ReasonChoosing, msgChoosing
-			return w, nil
+			return nil, w, nil
 		}
 		for _, n := range nss {
 			if n.Resource.GetName() == ns {
@@ -166,7 +189,7 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 		}
 		var c v1alpha1.ClusterProviderConfig
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.Resource.Object, &c); err != nil {
-			return w, errors.Wrap(err, "cannot read a ClusterProviderConfig Crossplane gave")
+			return nil, w, errors.Wrap(err, "cannot read a ClusterProviderConfig Crossplane gave")
 		}
 		source, nsv := v1alpha1.ClusterProviderConfigKind+"/"+c.GetName(), hostgrants.Namespace{Name: ns, Labels: nsLabels}
 		if err := hostgrants.Admit(source, c.Spec.AllowedNamespaces, nsv); err != nil {
@@ -186,18 +209,7 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 			hosts[i].Excluded = "does not grant " + attached + " (the platform's defaultAttachment) to namespace " + ns + " (spec.defaults, spec.attachments)"
 		}
 	}
-	want := placement.Size{VCPUs: int64(p.VCPU), MemoryBytes: int64(p.MemoryMiB) << 20}
-	d := placement.Place(hosts, want)
-	if d.Host == "" {
-		w.reason, w.message = ReasonNoHostFits, d.Why()
-		if len(hosts) == 0 && len(sel) > 0 {
-			w.message = "no host (ClusterProviderConfig) has the labels " + labels(sel)
-		}
-		return w, nil
-	}
-	w.host, w.reason = d.Host, ReasonPlaced
-	w.message = fmt.Sprintf("placed on host %s: %d MiB of memory and %d vCPUs left there once placed (of %d hosts considered)", d.Host, d.Room.MemoryBytes>>20, d.Room.VCPUs, len(hosts))
-	return w, nil
+	return hosts, w, nil
 }
 
 // baseImageHost is the ClusterProviderConfig the shared BaseImage uses: "" when it does not
@@ -221,11 +233,21 @@ func baseImageHost(imgs []resource.Required, ns string) string {
 // composedHost is the ClusterProviderConfig the Proxy's composed resources name: where they
 // live, whatever status says (it is lost when the Proxy is restored from a backup without
 // status, say).
-func composedHost(observed map[resource.Name]resource.ObservedComposed) string {
-	names := []resource.Name{ResourceDomain, ResourceSeed, ResourceBaseImage}
+//
+// Replica r (above 0) is read from its own resources only (domain-r<r>-*, seed-r<r>-*).
+func composedHost(observed map[resource.Name]resource.ObservedComposed, replica int) string {
+	var names []resource.Name
+	if replica == 0 {
+		names = []resource.Name{ResourceDomain, ResourceSeed, ResourceBaseImage}
+	}
+	in := replicaInfix(replica)
 	keys := make([]string, 0, len(observed))
 	for k := range observed {
-		if strings.HasPrefix(string(k), ResourceDomain+"-") || strings.HasPrefix(string(k), ResourceSeed+"-") {
+		id, ok := strings.CutPrefix(string(k), ResourceDomain+"-"+in)
+		if !ok {
+			id, ok = strings.CutPrefix(string(k), ResourceSeed+"-"+in)
+		}
+		if ok && len(id) == genIDLen {
 			keys = append(keys, string(k))
 		}
 	}

@@ -33,6 +33,9 @@ const (
 	ResourceSecret    = "secret"
 	ResourceService   = "service"
 	ResourceEndpoints = "endpoints"
+	// ResourceEndpointsPrev is a second EndpointSlice of the Service, for the replicas still on
+	// the old port while a port change rolls over them.
+	ResourceEndpointsPrev = "endpoints-prev"
 )
 
 // Secret keys written for applications: url and host name the proxy's Service (its cluster
@@ -215,6 +218,13 @@ type Backend struct {
 // EndpointSlice points the proxy's Service at the guests' addresses, all listening on port;
 // prevPort as in Service.
 func EndpointSlice(n Names, ns string, backends []Backend, port, prevPort int32) *discoveryv1.EndpointSlice {
+	return EndpointSliceNamed(n.Service, n, ns, backends, port, prevPort)
+}
+
+// EndpointSliceNamed is EndpointSlice under another name: the Service's port names (its port
+// and, when otherPort is set, its second one) both reach backends listening on port.
+func EndpointSliceNamed(name string, n Names, ns string, backends []Backend, port, otherPort int32) *discoveryv1.EndpointSlice {
+	prevPort := otherPort
 	eps := make([]discoveryv1.Endpoint, 0, len(backends))
 	for _, b := range backends {
 		eps = append(eps, discoveryv1.Endpoint{Addresses: []string{b.IP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(b.Ready)}})
@@ -225,7 +235,7 @@ func EndpointSlice(n Names, ns string, backends []Backend, port, prevPort int32)
 	}
 	return &discoveryv1.EndpointSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta: metav1.ObjectMeta{Name: n.Service, Namespace: ns, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
 			discoveryv1.LabelServiceName: n.Service,
 			discoveryv1.LabelManagedBy:   ManagedBy,
 		}},

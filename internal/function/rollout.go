@@ -22,6 +22,7 @@ const (
 type failure struct {
 	ID      string `json:"id"`
 	Message string `json:"message"`
+	Replica int    `json:"replica,omitempty"` // the replica whose generation failed
 }
 
 // cutOver is what the EndpointSlice and the Secret name as seen in the observed state.
@@ -29,6 +30,9 @@ type cutOver struct {
 	endpointIPs map[string]bool // addresses the observed EndpointSlice lists
 	secretIP    string          // the address the observed Secret names
 	secretPort  int32
+	// noSecret: the replica this cut-over is planned for is not the one the Secret names
+	// (replicas.go), so its cut-over ends once the EndpointSlice lists the new generation.
+	noSecret bool
 }
 
 // plan is the outcome of a rollout decision.
@@ -76,7 +80,7 @@ func planRollout(want, serving *generation, failed *failure, seen cutOver, now t
 		return p
 	}
 	epOnNew := want.ip != "" && seen.endpointIPs[want.ip]
-	secretOnNew := want.ip != "" && seen.secretIP == want.ip && seen.secretPort == want.def.Port
+	secretOnNew := want.ip != "" && (seen.noSecret || seen.secretIP == want.ip && seen.secretPort == want.def.Port)
 	switch {
 	case epOnNew && secretOnNew:
 		return single(want) // the old generation drops out

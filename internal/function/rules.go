@@ -21,6 +21,7 @@ const (
 	DefaultMaxVCPU        = 4
 	DefaultMaxMemoryMiB   = 4096
 	DefaultMaxDiskSizeGiB = 64
+	DefaultMaxReplicas    = 3
 )
 
 // DefaultClientCIDRs are the networks a Proxy's allowedCIDRs must lie inside by default: the
@@ -44,6 +45,7 @@ var rangeClasses = []struct {
 // Rules are the platform's rules (a ProxyPolicy's), checked and defaulted.
 type Rules struct {
 	MaxVCPU, MaxMemoryMiB, MaxDiskSizeGiB int64
+	MaxReplicas                           int64
 	ClientCIDRs                           []netip.Prefix
 	AllowSquidDirectives, AllowSSHKeys    bool
 	Probe                                 *ppv1.Probe // nil: Proxies without a probe get a TCP probe
@@ -99,12 +101,16 @@ func ResolveRules(in ppv1.Rules) (Rules, error) { //nolint:gocyclo // a flat lis
 	bad := func(field, format string, a ...any) {
 		errs = append(errs, "function input (ProxyPolicy) "+field+": "+fmt.Sprintf(format, a...))
 	}
-	r := Rules{MaxVCPU: DefaultMaxVCPU, MaxMemoryMiB: DefaultMaxMemoryMiB, MaxDiskSizeGiB: DefaultMaxDiskSizeGiB,
+	r := Rules{MaxVCPU: DefaultMaxVCPU, MaxMemoryMiB: DefaultMaxMemoryMiB, MaxDiskSizeGiB: DefaultMaxDiskSizeGiB, MaxReplicas: DefaultMaxReplicas,
 		AllowSquidDirectives: true, AllowSSHKeys: true}
 	if l := in.Limits; l != nil {
 		r.MaxVCPU = intOr(l.MaxVCPU, DefaultMaxVCPU)
 		r.MaxMemoryMiB = intOr(l.MaxMemoryMiB, DefaultMaxMemoryMiB)
 		r.MaxDiskSizeGiB = intOr(l.MaxDiskSizeGiB, DefaultMaxDiskSizeGiB)
+		r.MaxReplicas = intOr(l.MaxReplicas, DefaultMaxReplicas)
+	}
+	if r.MaxReplicas < 1 || r.MaxReplicas > maxReplicas {
+		bad("limits.maxReplicas", "must be between 1 and %d, got %d", maxReplicas, r.MaxReplicas)
 	}
 	if r.MaxVCPU < 1 {
 		bad("limits.maxVCPU", "must be at least 1, got %d", r.MaxVCPU)
@@ -261,6 +267,9 @@ func (r Rules) Apply(p *Proxy) error { //nolint:gocyclo // a flat list of indepe
 	}
 	if p.DiskSizeGiB != nil && int64(*p.DiskSizeGiB) > r.MaxDiskSizeGiB {
 		bad("diskSizeGiB", "%d is more than the platform allows per Proxy (%d, policy limits.maxDiskSizeGiB)", *p.DiskSizeGiB, r.MaxDiskSizeGiB)
+	}
+	if int64(p.Replicas) > r.MaxReplicas {
+		bad("replicas", "%d is more than the platform allows per Proxy (%d, policy limits.maxReplicas)", p.Replicas, r.MaxReplicas)
 	}
 	for i, c := range p.AllowedCIDRs {
 		if !insideAny(c, r.ClientCIDRs) {

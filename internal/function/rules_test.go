@@ -87,6 +87,11 @@ func TestResolveRulesRefusesABadPolicy(t *testing.T) {
 			err: errors.New(`function input (ProxyPolicy) limits.maxVCPU: must be at least 1, got 0; ` +
 				`function input (ProxyPolicy) limits.maxMemoryMiB: must be at least 128, got 64`),
 		},
+		"MaxReplicas": {
+			reason: "a replica limit no Proxy can meet, or above the API's, is refused",
+			in:     ppv1.Rules{Limits: &ppv1.Limits{MaxReplicas: ptr.To[int64](0)}},
+			err:    errors.New(`function input (ProxyPolicy) limits.maxReplicas: must be between 1 and 16, got 0`),
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -365,6 +370,8 @@ func TestPolicyCRDDefaultsAreTheFunctions(t *testing.T) {
 		{[]string{"limits", "maxVCPU"}, float64(r.MaxVCPU)},
 		{[]string{"limits", "maxMemoryMiB"}, float64(r.MaxMemoryMiB)},
 		{[]string{"limits", "maxDiskSizeGiB"}, float64(r.MaxDiskSizeGiB)},
+		{[]string{"limits", "maxReplicas"}, float64(r.MaxReplicas)},
+		{[]string{"placement", "antiAffinity"}, string(ppv1.AntiAffinityPreferred)},
 		{[]string{"clientCIDRs"}, clients},
 		{[]string{"allowSquidDirectives"}, r.AllowSquidDirectives},
 		{[]string{"allowSSHKeys"}, r.AllowSSHKeys},

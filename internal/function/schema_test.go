@@ -103,6 +103,7 @@ image: {baseImageName: debian-12}
 vcpu: 1
 memoryMiB: 512
 port: 3128
+replicas: 1
 allowedCIDRs: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16]
 probe: {url: "http://192.168.122.1:8204/", expectedStatus: 204}
 `)
@@ -167,6 +168,9 @@ func TestXRDSchemaAndFunctionAgree(t *testing.T) {
 		"SelectorBadKey":  {spec: "{image: {baseImageName: deb}, hostSelector: {'bad key': x}}", fnOK: false},
 		"VCPUZero":        {spec: "{image: {baseImageName: deb}, vcpu: 0}", schemaErr: "spec.vcpu"},
 		"MemoryTiny":      {spec: "{image: {baseImageName: deb}, memoryMiB: 64}", schemaErr: "spec.memoryMiB"},
+		"ReplicasTwo":     {spec: "{image: {baseImageName: deb}, replicas: 2}", fnOK: true},
+		"ReplicasZero":    {spec: "{image: {baseImageName: deb}, replicas: 0}", schemaErr: "spec.replicas"},
+		"ReplicasTooMany": {spec: "{image: {baseImageName: deb}, replicas: 17}", schemaErr: "spec.replicas"},
 		"DomainWildcard":  {spec: "{image: {baseImageName: deb}, allowedDomains: [.example.com, www.example.org, 192.168.122.1]}", fnOK: true},
 		"DomainStarTLD":   {spec: "{image: {baseImageName: deb}, allowedDomains: ['example.*']}", schemaErr: "spec.allowedDomains[0]"},
 		"DomainStarLabel": {spec: "{image: {baseImageName: deb}, allowedDomains: ['*.example.com']}", schemaErr: "spec.allowedDomains[0]"},

@@ -23,6 +23,7 @@ const (
 	DefaultMemoryMiB      = 512
 	DefaultPort           = 3128
 	DefaultExpectedStatus = 204
+	DefaultReplicas       = 1
 )
 
 // DefaultAllowedCIDRs are the RFC 1918 networks.
@@ -46,6 +47,7 @@ const (
 	maxExpectedCode   = 599
 	sha256HexLen      = 64
 	maxPortNumber     = 65535
+	maxReplicas       = 16
 )
 
 var (
@@ -71,6 +73,7 @@ type ProxySpec struct {
 	SquidDirectives   []string          `json:"squidDirectives,omitempty"`
 	SSHAuthorizedKeys []string          `json:"sshAuthorizedKeys,omitempty"`
 	Probe             *ProbeSpec        `json:"probe,omitempty"`
+	Replicas          *int64            `json:"replicas,omitempty"`
 }
 
 // ImageSpec says which image the proxy boots: a shared BaseImage, or a new one to cache.
@@ -107,6 +110,9 @@ type Proxy struct {
 	// Network and Bridge are the VM's attachment, the platform's default attachment (at most
 	// one is set); both empty: the host config's default.
 	Network, Bridge string
+	// Replicas is how many VMs serve the Proxy (spec.replicas), each on its own host when
+	// placement can (replicas.go).
+	Replicas int32
 }
 
 // Validate checks a ProxySpec and returns it defaulted. It reports every problem at once,
@@ -174,6 +180,10 @@ func (s ProxySpec) Validate() (Proxy, error) { //nolint:gocyclo // a flat list o
 			d := int32(v)
 			p.DiskSizeGiB = &d
 		}
+	}
+	p.Replicas = int32(intOr(s.Replicas, DefaultReplicas))
+	if v := intOr(s.Replicas, DefaultReplicas); v < 1 || v > maxReplicas {
+		bad("replicas", "must be between 1 and %d, got %d", maxReplicas, v)
 	}
 	p.Port = int32(intOr(s.Port, DefaultPort))
 	if v := intOr(s.Port, DefaultPort); v < 1 || v > maxPortNumber {

@@ -14,7 +14,7 @@ import (
 const strictPolicy = `
 apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1
 kind: ProxyPolicy
-limits: {maxVCPU: 2, maxMemoryMiB: 1024, maxDiskSizeGiB: 10}
+limits: {maxVCPU: 2, maxMemoryMiB: 1024, maxDiskSizeGiB: 10, maxReplicas: 2}
 clientCIDRs: [10.0.0.0/8, 192.168.122.0/24]
 allowSquidDirectives: false
 allowSSHKeys: false
@@ -68,6 +68,8 @@ func policyCases() []renderCase {
 			"spec.memoryMiB: 2048 is more than the platform allows per Proxy (1024, policy limits.maxMemoryMiB)"),
 		refused("max-disk", strictPolicy, "  allowedCIDRs: [10.0.0.0/8]\n  diskSizeGiB: 20\n",
 			"spec.diskSizeGiB: 20 is more than the platform allows per Proxy (10, policy limits.maxDiskSizeGiB)"),
+		refused("max-replicas", strictPolicy, "  allowedCIDRs: [10.0.0.0/8]\n  replicas: 3\n",
+			"spec.replicas: 3 is more than the platform allows per Proxy (2, policy limits.maxReplicas)"),
 		refused("client-cidrs", strictPolicy, "  allowedCIDRs: [192.168.122.0/24, 172.16.0.0/12]\n",
 			"spec.allowedCIDRs[1]: 172.16.0.0/12 is not inside the client networks the platform allows (10.0.0.0/8, 192.168.122.0/24, policy clientCIDRs)"),
 		refused("squid-directives", strictPolicy, "  allowedCIDRs: [10.0.0.0/8]\n  squidDirectives: [cache deny all]\n",

@@ -3,6 +3,7 @@ package crossplane
 import (
 	"encoding/base64"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -230,6 +231,26 @@ func TestRender(t *testing.T) {
 			},
 		},
 		{
+			name: "replicas-preferred", composition: compositionV2, xrd: xrdV2, xrYAML: replicasXR,
+			// Only "default" has room: Preferred anti-affinity puts replica 1 there too.
+			check: func(t *testing.T, out rendered) {
+				wantReplicas(t, out, "default", "default")
+				out.wantCondition(t, "Placed", "True", "Placed",
+					"placed on host default: 84992 MiB of memory and 231 vCPUs left there once placed (of 3 hosts considered); its 2 replicas are on default, default")
+			},
+		},
+		{
+			name: "replicas-strict", composition: compositionV2, xrd: xrdV2, xrYAML: replicasXR,
+			policy: "apiVersion: proxy.fn.kvm.crossplane.io/v1alpha1\nkind: ProxyPolicy\nplacement: {antiAffinity: Strict}\n" +
+				"destinations:\n  allowedRanges:\n  - {name: libvirt-host, cidr: 192.168.122.1/32}\n",
+			// Strict: replica 1 has no host without a replica; it stays unplaced, and says why.
+			check: func(t *testing.T, out rendered) {
+				wantReplicas(t, out, "default")
+				out.wantCondition(t, "Placed", "False", "NoHostFits",
+					"1 of 2 replicas placed; replica 1: no host fits: default: holds a replica of this Proxy already (anti-affinity); full: needs 1024 MiB of memory, 0 MiB left; maintenance: cordoned (spec.unschedulable) (the platform's anti-affinity is Strict: replicas never share a host)")
+			},
+		},
+		{
 			name: "proxy-bad-cidrs", xr: testdata + "/proxy-bad.yaml", composition: compositionV2, xrd: xrdV2,
 			wantFail: true,
 			check: func(t *testing.T, out rendered) {
@@ -431,6 +452,18 @@ func (r rendered) wantStatus(t *testing.T, want map[string]any) {
 	// The generations are in the golden files, and checked by the roll-out cases.
 	delete(st, "generation")
 	delete(st, "generations")
+	// Every case here is a Proxy of one replica: Ready (or Updating) ones have it Ready.
+	if len(st) > 0 && st["phase"] != "Pending" {
+		ready := int64(0)
+		if st["phase"] == "Ready" || st["phase"] == "Updating" {
+			ready = 1
+		}
+		if st["replicas"] != int64(1) || st["readyReplicas"] != ready {
+			t.Errorf("XR status replicas %v, readyReplicas %v, want 1 and %d", st["replicas"], st["readyReplicas"], ready)
+		}
+	}
+	delete(st, "replicas")
+	delete(st, "readyReplicas")
 	if d := cmp.Diff(want, st); d != "" {
 		t.Errorf("XR status (-want +got):\n%s", d)
 	}
@@ -447,6 +480,7 @@ func (r rendered) wantDefaults(t *testing.T) {
 	wantField(t, xr, "spec.vcpu", int64(1))
 	wantField(t, xr, "spec.memoryMiB", int64(512))
 	wantField(t, xr, "spec.port", int64(3128))
+	wantField(t, xr, "spec.replicas", int64(1))
 	wantField(t, xr, "spec.probe.expectedStatus", int64(204))
 	wantField(t, xr, "spec.allowedCIDRs", []any{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"})
 }
@@ -464,6 +498,49 @@ func (r rendered) wantReady(t *testing.T, status, reason string) {
 		}
 	}
 	t.Errorf("XR has no Ready condition: %v", conds)
+}
+
+// replicasXR is a Proxy of two replicas, placed (no spec.host), caching its own image.
+const replicasXR = `
+apiVersion: platform.kvm.crossplane.io/v1alpha1
+kind: Proxy
+metadata: {name: web, namespace: team-b}
+spec:
+  replicas: 2
+  image: {url: "http://192.168.122.1:8000/debian-12-testbed.qcow2", sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}
+  memoryMiB: 1024
+  probe: {url: "http://192.168.122.1:8204/"}
+`
+
+// wantReplicas checks the composed KVMDomains of a Proxy of replicas (replica 0's domain
+// "web", replica r's "web-r<r>-<id>") are on hosts, one per replica, each with its BaseImage on
+// the same host, and status.replicas says how many.
+func wantReplicas(t *testing.T, out rendered, hosts ...string) {
+	t.Helper()
+	var got []string
+	for _, o := range out.objects {
+		if o.GetKind() != "KVMDomain" && o.GetKind() != "BaseImage" {
+			continue
+		}
+		h, _, _ := unstructured.NestedString(o.Object, "spec", "providerConfigRef", "name")
+		name := o.GetName()
+		if i := strings.Index(name, "-r1-"); i > 0 {
+			name = name[:i+3] + "-<id>" + name[i+3+9:]
+		}
+		got = append(got, o.GetKind()+"/"+name+"@"+h)
+	}
+	var want []string
+	for r, h := range hosts {
+		if r == 0 {
+			want = append(want, "KVMDomain/web@"+h, "BaseImage/web-image@"+h)
+			continue
+		}
+		want = append(want, fmt.Sprintf("KVMDomain/web-r%d-<id>@%s", r, h))
+	}
+	if d := cmp.Diff(want, got, sortStrings); d != "" {
+		t.Errorf("replicas' KVMDomains and BaseImages (-want +got):\n%s", d)
+	}
+	wantField(t, out.xr(t), "status.replicas", int64(len(hosts)))
 }
 
 // composedKeys lists composed resources as Kind/composition-resource-name/name.

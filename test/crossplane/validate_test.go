@@ -182,7 +182,10 @@ func seedValidateCache(t *testing.T, cli string) string {
 	if !strings.HasPrefix(v, "v2.") {
 		t.Fatalf("crossplane version --client says %q; want a v2 version (is the CLI built with its version set?)", v)
 	}
-	crds := crossplaneCRDs(t, v)
+	// The XRDs are for the core the project runs (cluster/crossplane/build.sh CORE_VERSION),
+	// newer than the CLI: validate against its CRDs (v2.2's XRD has no subresources.scale),
+	// filed under the CLI's version, where the CLI looks.
+	crds := crossplaneCRDs(t, coreVersion, "core-"+coreVersion)
 	files, err := filepath.Glob(filepath.Join(crds, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no CRDs in %s: %v", crds, err)
@@ -207,16 +210,19 @@ func seedValidateCache(t *testing.T, cli string) string {
 	return cache
 }
 
+// coreVersion is the Crossplane core the project runs (cluster/crossplane/build.sh).
+const coreVersion = "v2.4.0"
+
 // crossplaneCRDs returns cluster/crds of github.com/crossplane/crossplane/v2 at version v:
 // from the module cache, or downloaded by `go mod download` in the scratch module
-// cluster/crossplane/build.sh built the CLI in.
-func crossplaneCRDs(t *testing.T, v string) string {
+// cluster/crossplane/build.sh built it in (scratch, under its crossplane-build).
+func crossplaneCRDs(t *testing.T, v, scratchDir string) string {
 	t.Helper()
 	const mod = "github.com/crossplane/crossplane/v2"
 	modCache := strings.TrimSpace(mustRun(t, ".", nil, "go", "env", "GOMODCACHE").stdout)
 	dir := filepath.Join(modCache, filepath.FromSlash(mod)+"@"+v)
 	if _, err := os.Stat(filepath.Join(dir, "cluster", "crds")); err != nil {
-		scratch := filepath.Join(filepath.Dir(cacheBin()), "crossplane-build", "cli-"+v)
+		scratch := filepath.Join(filepath.Dir(cacheBin()), "crossplane-build", scratchDir)
 		r := run(t, scratch, nil, "go", "mod", "download", "-json", mod+"@"+v)
 		var info struct{ Dir, Error string }
 		if jerr := json.Unmarshal([]byte(r.stdout), &info); r.err != nil || jerr != nil || info.Dir == "" {

@@ -257,9 +257,11 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
-	// The orphan sweep waits on the host status reads and boots nothing; the roll-out boots
-	// egress-b's next VM. They share nothing but host-a, so they run side by side.
-	step("orphans-and-rollout", func(t *testing.T) {
+	// Three changes to running Proxies that share nothing but host-a, side by side: the orphan
+	// sweep (it waits on the host status reads and boots nothing), the roll-out of egress-b (one
+	// boot on host-a) and replicas of team-b/build-cache (on hostB, its own image: two replicas,
+	// the second on host-a, then `kubectl scale` back to one; one boot).
+	step("changes", func(t *testing.T) {
 		t.Run("orphans", func(t *testing.T) {
 			t.Parallel()
 			logf("  the orphan sweep: team-a's KVMDomain and SeedVolume of their own deleted past their finalizers, reported, then removed")
@@ -271,6 +273,13 @@ func TestE2E(t *testing.T) {
 			t.Parallel()
 			logf("  edit a running Proxy (team-a/egress-b's allowedCIDRs): a new VM replaces it once Ready, no request fails")
 			if err := e.checkRollout(ctx, cases[1], objects[cases[1].name]); err != nil {
+				t.Fatal(err)
+			}
+		})
+		t.Run("replicas-build-cache", func(t *testing.T) {
+			t.Parallel()
+			logf("  scale a running Proxy (team-b/build-cache): spec.replicas 2 puts a second VM on the other host; the scale subresource back to 1 removes it")
+			if err := e.checkReplicas(ctx, cases[2], hostB, hostA); err != nil {
 				t.Fatal(err)
 			}
 		})

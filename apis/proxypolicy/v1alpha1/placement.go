@@ -10,4 +10,23 @@ type Placement struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	HostSelector map[string]string `json:"hostSelector,omitempty"`
+
+	// AntiAffinity says how the replicas of one Proxy (spec.replicas) spread over hosts.
+	// Preferred: each replica goes to a host without another replica of the Proxy when one
+	// fits, else to a fitting host holding the fewest. Strict: never two replicas of a Proxy on
+	// one host; a replica without such a host is not placed, and the Proxy's Placed condition
+	// says why. Default Preferred.
+	// +optional
+	// +kubebuilder:validation:Enum=Preferred;Strict
+	// +kubebuilder:default=Preferred
+	AntiAffinity AntiAffinity `json:"antiAffinity,omitempty"`
 }
+
+// AntiAffinity is how the replicas of one Proxy spread over hosts.
+type AntiAffinity string
+
+// Anti-affinity modes.
+const (
+	AntiAffinityPreferred AntiAffinity = "Preferred"
+	AntiAffinityStrict    AntiAffinity = "Strict"
+)

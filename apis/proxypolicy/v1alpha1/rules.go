@@ -64,6 +64,13 @@ type Limits struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:default=64
 	MaxDiskSizeGiB *int64 `json:"maxDiskSizeGiB,omitempty"`
+
+	// MaxReplicas is the most VMs (spec.replicas) per Proxy. Default 3.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +kubebuilder:default=3
+	MaxReplicas *int64 `json:"maxReplicas,omitempty"`
 }
 
 // Probe is a readiness probe sent through the proxy.

@@ -1,0 +1,224 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
+
+	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
+)
+
+// checkReplicas scales Proxy pc (on host home, caching its own image, and naming home in
+// spec.host) to two replicas by setting spec.replicas: the second replica is placed apart on
+// other (the platform's anti-affinity), with its own BaseImage there, and both are Ready and
+// in the EndpointSlice (status 2/2, a 204 through each guest). It then scales the Proxy back
+// to 1 through the scale subresource, as `kubectl scale proxy/NAME --replicas=1` does: the
+// second replica's KVMDomain, SeedVolume and BaseImage leave the API, its domain, overlay,
+// seed and NVRAM leave its host, and replica 0 serves on as before. One extra guest boot.
+func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other string) error {
+	xr := pc.object()
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(xr), xr); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	patch := client.MergeFrom(xr.DeepCopy())
+	if err := unstructured.SetNestedField(xr.Object, int64(2), "spec", "replicas"); err != nil {
+		return err
+	}
+	if err := e.c.Patch(ctx, xr, patch); err != nil {
+		return fmt.Errorf("%s: cannot set spec.replicas to 2: %w", pc.label(), err)
+	}
+	logf("  %s: spec.replicas 1 -> 2", pc.label())
+
+	// Both replicas Ready: status 2/2, the Proxy Ready, its EndpointSlice with two Ready
+	// addresses.
+	var ips []string
+	if err := waitFor(ctx, pc.label()+" at 2/2 replicas", 2*time.Second, e.cfg.GuestTimeout, func(ctx context.Context) error {
+		cur := pc.object()
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(cur), cur); err != nil {
+			return err
+		}
+		n, _, _ := unstructured.NestedInt64(cur.Object, "status", "replicas")
+		ready, _, _ := unstructured.NestedInt64(cur.Object, "status", "readyReplicas")
+		phase, _, _ := unstructured.NestedString(cur.Object, "status", "phase")
+		if n != 2 || ready != 2 || phase != "Ready" {
+			msg, _, _ := unstructured.NestedString(cur.Object, "status", "message")
+			return fmt.Errorf("replicas %d, readyReplicas %d, phase %s: %s (Placed: %s)", n, ready, phase, truncate(msg, 200),
+				truncate(unstructuredCondition(cur, "Placed").Message, 200))
+		}
+		if c := unstructuredCondition(cur, "ProxyReady"); c.Status != corev1.ConditionTrue {
+			return fmt.Errorf("ProxyReady %s: %s", c.Status, c.Message)
+		}
+		eps := &discoveryv1.EndpointSlice{}
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: pc.ns, Name: pc.name + "-proxy"}, eps); err != nil {
+			return err
+		}
+		ips = nil
+		for _, ep := range eps.Endpoints {
+			if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+				ips = append(ips, ep.Addresses...)
+			}
+		}
+		if len(ips) != 2 {
+			return fmt.Errorf("the EndpointSlice lists %d Ready addresses (%v), want 2", len(ips), ips)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	e.tl.add("replicas "+pc.name, "spec.replicas 1 -> 2: both Ready, in the EndpointSlice", secs(time.Since(t0)))
+
+	// One VM on each host: replica 0 (<name>) stays on home, replica 1 (<name>-r1-<id>) on
+	// other, booting a BaseImage of its own there.
+	r1, err := e.replicaDomain(ctx, pc, 1)
+	if err != nil {
+		return err
+	}
+	if err := e.checkPlacementOwnImage(ctx, pc.ns, pc.name, home); err != nil {
+		return err
+	}
+	if err := e.checkPlacement(ctx, pc.ns, r1.Name, imageOf(r1, ""), other); err != nil {
+		return err
+	}
+	port, _, _ := unstructured.NestedInt64(xr.Object, "spec", "port")
+	if port == 0 {
+		port = 3128
+	}
+	for _, ip := range ips {
+		direct := &url.URL{Scheme: "http", Host: fmt.Sprintf("%s:%d", ip, port)}
+		if code, err := httpGet(ctx, direct, e.probeURL, 20*time.Second); code != 204 {
+			return fmt.Errorf("%s: GET %s through replica %s answered %d (%v), want 204", pc.label(), e.probeURL, direct, code, err)
+		}
+	}
+	logf("  %s: 2/2 replicas, %s on %s and %s on %s, both in the EndpointSlice (%s) and answering 204",
+		pc.label(), pc.name, home, r1.Name, other, strings.Join(ips, ", "))
+	onHost, err := e.hosts.DomainObjects(pc.ns + "_" + r1.Name)
+	if err != nil {
+		return err
+	}
+	r1Image := imageOf(r1, "")
+
+	// kubectl scale proxy/NAME --replicas=1: the scale subresource.
+	t1 := time.Now()
+	scale := &unstructured.Unstructured{}
+	scale.SetAPIVersion("autoscaling/v1")
+	scale.SetKind("Scale")
+	if err := e.c.SubResource("scale").Get(ctx, xr, scale); err != nil {
+		return fmt.Errorf("%s: cannot read the scale subresource: %w", pc.label(), err)
+	}
+	if n, _, _ := unstructured.NestedInt64(scale.Object, "spec", "replicas"); n != 2 {
+		return fmt.Errorf("%s: the scale subresource says spec.replicas %d, want 2", pc.label(), n)
+	}
+	if n, _, _ := unstructured.NestedInt64(scale.Object, "status", "replicas"); n != 2 {
+		return fmt.Errorf("%s: the scale subresource says status.replicas %d, want 2", pc.label(), n)
+	}
+	if err := unstructured.SetNestedField(scale.Object, int64(1), "spec", "replicas"); err != nil {
+		return err
+	}
+	if err := e.c.SubResource("scale").Update(ctx, xr, client.WithSubResourceBody(scale)); err != nil {
+		return fmt.Errorf("%s: cannot scale to 1 through the scale subresource: %w", pc.label(), err)
+	}
+	logf("  %s: scaled to 1 through the scale subresource (kubectl scale)", pc.label())
+	if err := waitFor(ctx, pc.label()+"'s second replica to be gone", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
+		var left []string
+		for _, o := range []client.Object{&v1alpha1.KVMDomain{}, &v1alpha1.SeedVolume{}, &v1alpha1.BaseImage{}} {
+			name := r1.Name
+			switch o.(type) {
+			case *v1alpha1.SeedVolume:
+				name = r1.Spec.ForProvider.SeedVolumeRef.Name
+			case *v1alpha1.BaseImage:
+				name = r1Image
+			}
+			err := e.c.Get(ctx, client.ObjectKey{Namespace: pc.ns, Name: name}, o)
+			switch {
+			case kerrors.IsNotFound(err):
+			case err != nil:
+				return err
+			default:
+				left = append(left, fmt.Sprintf("%T %s", o, name))
+			}
+		}
+		present, err := e.hosts.Present(onHost)
+		if err != nil {
+			return err
+		}
+		if len(left) > 0 || len(present) > 0 {
+			return fmt.Errorf("still in the API: %v; still on %s: %s", left, other, objectList(present))
+		}
+		cur := pc.object()
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(cur), cur); err != nil {
+			return err
+		}
+		n, _, _ := unstructured.NestedInt64(cur.Object, "status", "replicas")
+		ready, _, _ := unstructured.NestedInt64(cur.Object, "status", "readyReplicas")
+		if n != 1 || ready != 1 {
+			return fmt.Errorf("status replicas %d, readyReplicas %d, want 1 and 1", n, ready)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	e.tl.add("replicas "+pc.name, "scaled to 1 -> the second VM, its seed and image gone from its host", secs(time.Since(t1)))
+	logf("  %s: replica 1's domain, overlay, seed and NVRAM gone from %s; its KVMDomain, SeedVolume and BaseImage gone", pc.label(), other)
+	return e.checkEndpoint(ctx, pc.label(), pc.ns, pc.name+"-proxy", pc.object())
+}
+
+// replicaDomain is the one KVMDomain of replica r (above 0) of pc: <name>-r<r>-<generation>.
+func (e *env) replicaDomain(ctx context.Context, pc proxyCase, r int) (*v1alpha1.KVMDomain, error) {
+	ds := &v1alpha1.KVMDomainList{}
+	if err := e.c.List(ctx, ds, client.InNamespace(pc.ns)); err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("%s-r%d-", pc.name, r)
+	var found []*v1alpha1.KVMDomain
+	var names []string
+	for i := range ds.Items {
+		if strings.HasPrefix(ds.Items[i].Name, prefix) {
+			found = append(found, &ds.Items[i])
+			names = append(names, ds.Items[i].Name)
+		}
+	}
+	sort.Strings(names)
+	if len(found) != 1 {
+		return nil, fmt.Errorf("%s: %d KVMDomains of replica %d (%v), want 1", pc.label(), len(found), r, names)
+	}
+	d := found[0]
+	if d.GetCondition(xpv2.TypeReady).Status != corev1.ConditionTrue {
+		return nil, fmt.Errorf("%s: KVMDomain %s is not Ready", pc.label(), d.Name)
+	}
+	if d.Spec.ForProvider.SeedVolumeRef == nil || d.Spec.ForProvider.BaseImageRef == nil {
+		return nil, errors.New(pc.label() + ": KVMDomain " + d.Name + " names no seed or image")
+	}
+	return d, nil
+}
+
+// imageOf is the BaseImage domain d boots, or def when d names none.
+func imageOf(d *v1alpha1.KVMDomain, def string) string {
+	if d.Spec.ForProvider.BaseImageRef != nil && d.Spec.ForProvider.BaseImageRef.Name != "" {
+		return d.Spec.ForProvider.BaseImageRef.Name
+	}
+	return def
+}
+
+// checkPlacementOwnImage is checkPlacement for KVMDomain ns/name with the BaseImage it boots.
+func (e *env) checkPlacementOwnImage(ctx context.Context, ns, name, host string) error {
+	d := &v1alpha1.KVMDomain{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+		return err
+	}
+	return e.checkPlacement(ctx, ns, name, imageOf(d, ""), host)
+}
