@@ -61,8 +61,9 @@ func main() {
 		requireSHA256     = app.Flag("require-image-sha256", "Refuse every BaseImage that does not pin spec.forProvider.source.sha256.").Default("false").Bool()
 		consoleLogInPool  = app.Flag("console-log-in-pool", "Log the serial console of new domains in their storage pool (a directory pool) instead of libvirt's log directory, so that the end of a guest's console is shown, secrets withheld, in an event on a KVMDomain that is not Ready after 5 minutes.").Default("false").Bool()
 
-		maxPublishJobs        = app.Flag("max-publish-jobs", "How many BaseImage publish jobs (download and upload) run at once in the provider; the others wait their turn, first come first served. 0: no limit.").Default("16").Int()
+		maxPublishJobs        = app.Flag("max-publish-jobs", "How many BaseImage publish jobs (download and upload) run at once in the provider; the others wait their turn, namespaces taking turns (the one with the fewest jobs running first, then first come first served). 0: no limit.").Default("16").Int()
 		maxPublishJobsPerHost = app.Flag("max-publish-jobs-per-host", "How many BaseImage publish jobs run at once against one host. 0: no limit.").Default("4").Int()
+		maxPublishJobsPerNS   = app.Flag("max-publish-jobs-per-namespace", "How many BaseImage publish jobs of one namespace run at once (on all hosts), so that one namespace's slow downloads never take every slot; keep it below --max-publish-jobs-per-host for one namespace never to fill a host. 0: no limit.").Default("2").Int()
 		claimMinBytes         = app.Flag("publish-min-bytes", "Least progress, in bytes per --publish-min-window, an upload must make for BaseImages of other namespaces to keep waiting for it; slower, they may take its claim over and publish the image themselves. 0: no minimum.").Default(strconv.FormatInt(imagecache.DefaultMinThroughput.Bytes, 10)).Int64()
 		claimMinWindow        = app.Flag("publish-min-window", "The window over which --publish-min-bytes is measured.").Default(imagecache.DefaultMinThroughput.Window.String()).Duration()
 
@@ -154,7 +155,7 @@ func main() {
 
 	shared := setup.NewShared(platform)
 	shared.Images = imagecache.NewShared(imagecache.WithMinThroughput(imagecache.Throughput{Bytes: *claimMinBytes, Window: *claimMinWindow}))
-	shared.PublishLimits = publishqueue.Limits{Total: *maxPublishJobs, PerHost: *maxPublishJobsPerHost}
+	shared.PublishLimits = publishqueue.Limits{Total: *maxPublishJobs, PerHost: *maxPublishJobsPerHost, PerNamespace: *maxPublishJobsPerNS}
 	shared.ConsoleLogInPool = *consoleLogInPool
 	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, signals, shared), "Cannot set up provider-kvm controllers")
 	kingpin.FatalIfError(mgr.Start(ctrl.SetupSignalHandler()), "Cannot start controller manager")

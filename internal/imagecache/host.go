@@ -37,7 +37,9 @@ type Host interface {
 	RefreshPool(ctx context.Context, pool string) error
 	AllPools(ctx context.Context) ([]libvirt.Pool, error)
 	Pool(ctx context.Context, name string) (libvirt.Pool, error)
-	DomainDisks(ctx context.Context) ([]libvirt.DomainDisk, error)
+	// DomainDiskSources lists every domain's disks without resolving volume sources (the
+	// in-use scan resolves them from the pools' volumes it read).
+	DomainDiskSources(ctx context.Context) ([]libvirt.DomainDisk, error)
 }
 
 var _ Host = (*libvirt.Client)(nil)

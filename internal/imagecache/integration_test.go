@@ -908,10 +908,12 @@ func TestIntegrationRemoveInUse(t *testing.T) {
 		t.Fatalf("base after a refused Remove: %+v, %v", img, err)
 	}
 
-	// A domain whose disk is the base itself is a user too.
+	// A domain whose disk is the base itself is a user too, named by its file or as a volume
+	// of its pool (resolved from the scan's listing of that pool).
 	dom := uniqueName("dom")
 	domXML := `<domain type='qemu'><name>` + dom + `</name><memory unit='MiB'>64</memory><os><type arch='x86_64'>hvm</type></os>` +
-		`<devices><disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='` + base.Path + `'/><target dev='vda' bus='virtio'/><readonly/></disk></devices></domain>`
+		`<devices><disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='` + base.Path + `'/><target dev='vda' bus='virtio'/><readonly/></disk>` +
+		`<disk type='volume' device='disk'><driver name='qemu' type='qcow2'/><source pool='` + e.tb.pool + `' volume='` + base.Volume + `'/><target dev='vdb' bus='virtio'/><readonly/></disk></devices></domain>`
 	if err := e.tb.conn.Do(ctx, func(l *golibvirt.Libvirt) error { _, err := l.DomainDefineXML(domXML); return err }); err != nil {
 		t.Fatalf("defining a domain: %v", err)
 	}
@@ -929,7 +931,7 @@ func TestIntegrationRemoveInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"domain " + dom + " disk vda", "volume " + e.tb.pool + "/" + overlay}
+	want := []string{"domain " + dom + " disk vda", "domain " + dom + " disk vdb", "volume " + e.tb.pool + "/" + overlay}
 	if strings.Join(u.Users, "|") != strings.Join(want, "|") {
 		t.Errorf("Users = %q, want %q", u.Users, want)
 	}

@@ -127,6 +127,12 @@ type hostScan struct {
 }
 
 // scanHost reads the host for the in-use scan. A pool gone since listed is left out.
+//
+// Its calls are bounded by what the host holds, each thing read once: the pools (one call,
+// two per pool), each active pool's volumes (three calls, one per volume) and the domains'
+// disks (one call, one per domain). A disk whose source is a volume is resolved from the
+// volumes read (resolveDisks), not looked up again (three calls per disk, two disks per
+// KVMDomain); only one missing from its pool's listing is looked up.
 func (c *Cache) scanHost(ctx context.Context) (hostScan, error) {
 	s := hostScan{at: c.now(), vols: map[string][]libvirt.Volume{}, errs: map[string]error{}}
 	var err error
@@ -146,10 +152,50 @@ func (c *Cache) scanHost(ctx context.Context) (hostScan, error) {
 			s.vols[p.Name] = vols
 		}
 	}
-	if s.disks, err = c.lv.DomainDisks(ctx); err != nil {
+	disks, err := c.lv.DomainDiskSources(ctx)
+	if err != nil {
 		return hostScan{}, err
 	}
+	s.disks = c.resolveDisks(ctx, s, disks)
 	return s, nil
+}
+
+// resolveDisks gives each disk whose source is a volume (Path "", Volume set) the path of
+// that volume as the scan s read it in its pool. A volume missing from the listing of a pool
+// the scan read (made since) is looked up, and added to s's volumes of that pool, so that its
+// backing store is checked as theirs. A volume that cannot be found or read, or one of a pool
+// the scan could not read (inactive, unreadable, gone), keeps no path: usageOf counts it as a
+// doubt where overlays of the base can be (diskDoubt), never as unused.
+func (c *Cache) resolveDisks(ctx context.Context, s hostScan, disks []libvirt.DomainDisk) []libvirt.DomainDisk {
+	paths := map[string]string{}
+	for pool, vols := range s.vols {
+		for _, v := range vols {
+			paths[pool+"/"+v.Name] = v.Path
+		}
+	}
+	out := make([]libvirt.DomainDisk, len(disks))
+	for i, d := range disks {
+		out[i] = d
+		if d.Path != "" || d.Volume == "" {
+			continue
+		}
+		key := d.Pool + "/" + d.Volume
+		if p, ok := paths[key]; ok {
+			out[i].Path = p
+			continue
+		}
+		if _, read := s.vols[d.Pool]; !read {
+			continue
+		}
+		v, err := c.lv.Volume(ctx, d.Pool, d.Volume)
+		if err != nil {
+			continue
+		}
+		s.vols[d.Pool] = append(s.vols[d.Pool], v)
+		paths[key] = v.Path
+		out[i].Path = v.Path
+	}
+	return out
 }
 
 // usageOf decides, without I/O, what uses basePath in s and what cannot be ruled out in sc.

@@ -2,6 +2,7 @@ package imagecache
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -123,7 +124,7 @@ func TestUsers(t *testing.T) {
 		},
 		"DisksFail": {
 			reason: "domains that cannot be listed fail the check",
-			setup:  func(h *fakestorage.Storage) { h.Fail = failOn("DomainDisks", "", boom) },
+			setup:  func(h *fakestorage.Storage) { h.Fail = failOn("DomainDiskSources", "", boom) },
 			want:   want{err: errors.Wrapf(boom, errUsers, pathA)},
 		},
 	}
@@ -301,6 +302,179 @@ func TestUsersRecent(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, want{Recent: recent, Fresh: fresh}, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("%s\nusersRecent, Users: -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// lateHost is a fake host on which late runs after the pools' volumes were listed, as the
+// domains' disks are read: what it makes is missing from the scan's listings.
+type lateHost struct {
+	*fakestorage.Storage
+	late func(h *fakestorage.Storage)
+}
+
+func (h lateHost) DomainDiskSources(ctx context.Context) ([]libvirt.DomainDisk, error) {
+	if h.late != nil {
+		h.late(h.Storage)
+	}
+	return h.Storage.DomainDiskSources(ctx)
+}
+
+// TestUsersVolumeDisks: disks whose source is a volume are resolved from the volumes the scan
+// listed, without a call each; only one missing from a listing is looked up, and what cannot
+// be resolved is a doubt, never unused. The calls of each scan are counted.
+func TestUsersVolumeDisks(t *testing.T) {
+	boom := errors.New("boom")
+	vdisk := func(dom, pool, volume string) libvirt.DomainDisk {
+		return libvirt.DomainDisk{Domain: dom, Target: "vda", Pool: pool, Volume: volume, Device: "disk", Format: "qcow2"}
+	}
+	// scan is the calls of one scan of a host with one active pool and no lookup.
+	scan := func(extra map[string]int) map[string]int {
+		m := map[string]int{"AllPools": 1, "Volumes": 1, "DomainDiskSources": 1}
+		for k, v := range extra {
+			m[k] += v
+		}
+		return m
+	}
+	type want struct {
+		u     Usage
+		calls map[string]int
+	}
+	cases := map[string]struct {
+		reason string
+		setup  func(h *fakestorage.Storage)
+		late   func(h *fakestorage.Storage)
+		want   want
+	}{
+		"BaseIsTheSource": {
+			reason: "a domain whose disk is the base's own volume uses it, resolved from the listing",
+			setup:  func(h *fakestorage.Storage) { h.Disks = []libvirt.DomainDisk{vdisk("vm", tpool, volA)} },
+			want:   want{u: Usage{Users: []string{"domain vm disk vda"}}, calls: scan(nil)},
+		},
+		"OverlayFromListing": {
+			reason: "a shut-off domain's overlay volume is checked as a volume of its pool: a user, and no doubt",
+			setup: func(h *fakestorage.Storage) {
+				h.PutOverlay(tpool, "vm.root.qcow2", pathA)
+				h.Disks = []libvirt.DomainDisk{vdisk("vm", tpool, "vm.root.qcow2")}
+			},
+			want: want{u: Usage{Users: []string{"volume default/vm.root.qcow2"}}, calls: scan(nil)},
+		},
+		"UnrelatedFromListing": {
+			reason: "a disk that is a listed volume backing onto something else is neither a user nor a doubt",
+			setup: func(h *fakestorage.Storage) {
+				h.PutOverlay(tpool, "vm.root.qcow2", "/pool/default/other.qcow2")
+				h.Disks = []libvirt.DomainDisk{vdisk("vm", tpool, "vm.root.qcow2")}
+			},
+			want: want{calls: scan(nil)},
+		},
+		"ManyDomains": {
+			reason: "fifty domains of two volume disks each cost no call beyond the listings: one per domain inside DomainDiskSources",
+			setup: func(h *fakestorage.Storage) {
+				for i := range 50 {
+					root, seed := fmt.Sprintf("vm%02d.root.qcow2", i), fmt.Sprintf("vm%02d.seed.iso", i)
+					h.PutOverlay(tpool, root, "/pool/default/other.qcow2")
+					h.Put(tpool, seed, nil)
+					h.Disks = append(h.Disks, vdisk(fmt.Sprintf("vm%02d", i), tpool, root), libvirt.DomainDisk{Domain: fmt.Sprintf("vm%02d", i), Target: "sda", Pool: tpool, Volume: seed, Device: "cdrom", Format: "raw"})
+				}
+			},
+			want: want{calls: scan(nil)},
+		},
+		"MadeSinceListing": {
+			reason: "a volume made after its pool was listed is looked up, and its backing store checked: a user",
+			late: func(h *fakestorage.Storage) {
+				h.PutOverlay(tpool, "vm.new.qcow2", pathA)
+				h.Disks = []libvirt.DomainDisk{vdisk("vm", tpool, "vm.new.qcow2")}
+			},
+			want: want{u: Usage{Users: []string{"volume default/vm.new.qcow2"}}, calls: scan(map[string]int{"Volume": 1})},
+		},
+		"MadeSinceListingUnrelated": {
+			reason: "a volume made after its pool was listed that backs onto nothing is looked up once, and is neither a user nor a doubt",
+			late: func(h *fakestorage.Storage) {
+				h.Put(tpool, "vm.new.qcow2", nil)
+				h.Disks = []libvirt.DomainDisk{vdisk("vm", tpool, "vm.new.qcow2"), vdisk("vm2", tpool, "vm.new.qcow2")}
+			},
+			want: want{calls: scan(map[string]int{"Volume": 1})},
+		},
+		"MissingFromReadPool": {
+			reason: "a disk naming a volume its pool does not have is looked up, and is a doubt",
+			setup:  func(h *fakestorage.Storage) { h.Disks = []libvirt.DomainDisk{vdisk("vm", tpool, "vm.gone.qcow2")} },
+			want: want{
+				u:     Usage{Doubts: []string{"domain vm disk vda is volume default/vm.gone.qcow2, which cannot be read"}},
+				calls: scan(map[string]int{"Volume": 1}),
+			},
+		},
+		"LookupFails": {
+			reason: "a volume made since the listing that cannot be read is a doubt, not unused",
+			setup:  func(h *fakestorage.Storage) { h.Fail = failOn("Volume", "vm.new.qcow2", boom) },
+			late: func(h *fakestorage.Storage) {
+				h.PutOverlay(tpool, "vm.new.qcow2", pathA)
+				h.Disks = []libvirt.DomainDisk{vdisk("vm", tpool, "vm.new.qcow2")}
+			},
+			want: want{
+				u:     Usage{Doubts: []string{"domain vm disk vda is volume default/vm.new.qcow2, which cannot be read"}},
+				calls: scan(map[string]int{"Volume": 1}),
+			},
+		},
+		"InactivePool": {
+			reason: "a disk that is a volume of an inactive pool is not looked up, and is a doubt beside the pool's",
+			setup: func(h *fakestorage.Storage) {
+				h.Inactive = []string{"vms"}
+				h.Disks = []libvirt.DomainDisk{vdisk("vm", "vms", "vm.qcow2")}
+			},
+			want: want{
+				u: Usage{Doubts: []string{
+					"domain vm disk vda is volume vms/vm.qcow2, which cannot be read",
+					"pool vms is inactive, so its volumes cannot be checked (start the pool, or delete it)",
+				}},
+				calls: scan(nil),
+			},
+		},
+		"UnreadablePool": {
+			reason: "a disk that is a volume of a pool that could not be listed is not looked up, and is a doubt beside the pool's",
+			setup: func(h *fakestorage.Storage) {
+				h.PutOverlay("other", "vm.qcow2", pathA)
+				h.Fail = func(op, pool, _ string) error {
+					if op == "Volumes" && pool == "other" {
+						return boom
+					}
+					return nil
+				}
+				h.Disks = []libvirt.DomainDisk{vdisk("vm", "other", "vm.qcow2")}
+			},
+			want: want{
+				u: Usage{Doubts: []string{
+					"domain vm disk vda is volume other/vm.qcow2, which cannot be read",
+					"pool other cannot be read: boom",
+				}},
+				calls: map[string]int{"AllPools": 1, "Volumes": 2, "DomainDiskSources": 1},
+			},
+		},
+		"PoolNotOnHost": {
+			reason: "a disk that is a volume of a pool the host does not have is not looked up, and is a doubt",
+			setup:  func(h *fakestorage.Storage) { h.Disks = []libvirt.DomainDisk{vdisk("vm", "gone", "vm.qcow2")} },
+			want: want{
+				u:     Usage{Doubts: []string{"domain vm disk vda is volume gone/vm.qcow2, which cannot be read"}},
+				calls: scan(nil),
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := fakestorage.New()
+			h.Put(tpool, volA, nil)
+			if tc.setup != nil {
+				tc.setup(h)
+			}
+			u, err := newFakeCache(lateHost{Storage: h, late: tc.late}, testShared(), Downloads{}).Users(context.Background(), pathA)
+			if err != nil {
+				t.Fatalf("%s\nUsers(...): %v", tc.reason, err)
+			}
+			if diff := cmp.Diff(tc.want.u, u, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s\nUsers(...): -want, +got:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.want.calls, h.Calls); diff != "" {
+				t.Errorf("%s\ncalls of the scan: -want, +got:\n%s", tc.reason, diff)
 			}
 		})
 	}

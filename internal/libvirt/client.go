@@ -452,8 +452,22 @@ type DomainDisk struct {
 	ChainKnown bool
 }
 
-// DomainDisks lists the disks of every domain, running or defined.
+// DomainDisks lists the disks of every domain, running or defined. A disk whose source is a
+// storage volume gets the volume's path (three more calls per such disk; "" when it cannot be
+// found).
 func (c *Client) DomainDisks(ctx context.Context) ([]DomainDisk, error) {
+	return c.domainDisks(ctx, true)
+}
+
+// DomainDiskSources lists the disks of every domain, running or defined, as their XML states
+// them: a disk whose source is a storage volume has Pool and Volume, and no Path. It makes one
+// call, and one per domain.
+func (c *Client) DomainDiskSources(ctx context.Context) ([]DomainDisk, error) {
+	return c.domainDisks(ctx, false)
+}
+
+// domainDisks lists the disks of every domain, resolving volume sources' paths if resolve.
+func (c *Client) domainDisks(ctx context.Context, resolve bool) ([]DomainDisk, error) {
 	var out []DomainDisk
 	err := c.do(ctx, func(l rpc) error {
 		docs, err := allDomainXML(l)
@@ -466,7 +480,7 @@ func (c *Client) DomainDisks(ctx context.Context) ([]DomainDisk, error) {
 				return err
 			}
 			for i := range disks {
-				if disks[i].Path == "" && disks[i].Volume != "" {
+				if resolve && disks[i].Path == "" && disks[i].Volume != "" {
 					disks[i].Path = volumePath(l, disks[i].Pool, disks[i].Volume)
 				}
 			}

@@ -117,17 +117,17 @@ func unavailable(err error) xpv2.Condition {
 }
 
 // ReasonQueued is the Ready condition's reason while the publish job waits for its turn
-// (--max-publish-jobs, --max-publish-jobs-per-host).
+// (--max-publish-jobs, --max-publish-jobs-per-host, --max-publish-jobs-per-namespace).
 const ReasonQueued xpv2.ConditionReason = "Queued"
 
 // msgQueued says where a BaseImage's publish job waits. It counts jobs, of any namespace,
-// and names none.
-const msgQueued = "waiting to publish: place %d of %d publish jobs waiting, first come first served (the provider publishes at most %s at once, at most %s per host)"
+// and names none (neither jobs nor namespaces).
+const msgQueued = "waiting to publish: place %d of %d publish jobs waiting; namespaces take turns, the one with the fewest jobs publishing first (the provider publishes at most %s at once, at most %s per host, at most %s per namespace)"
 
 // queuedCondition is the Ready condition of a job at place among waiting jobs in a queue with
 // limits l.
 func queuedCondition(place, waiting int, l publishqueue.Limits) xpv2.Condition {
-	c := xpv2.Creating().WithMessage(fmt.Sprintf(msgQueued, place, waiting, limitText(l.Total), limitText(l.PerHost)))
+	c := xpv2.Creating().WithMessage(fmt.Sprintf(msgQueued, place, waiting, limitText(l.Total), limitText(l.PerHost), limitText(l.PerNamespace)))
 	c.Reason = ReasonQueued
 	return c
 }

@@ -338,15 +338,15 @@ func TestQueuedCondition(t *testing.T) {
 		limits publishqueue.Limits
 		want   string
 	}{
-		"BothLimits": {
-			reason: "place, count and both limits",
-			place:  2, wait: 5, limits: publishqueue.Limits{Total: 16, PerHost: 4},
-			want: "waiting to publish: place 2 of 5 publish jobs waiting, first come first served (the provider publishes at most 16 at once, at most 4 per host)",
+		"AllLimits": {
+			reason: "place, count and the three limits",
+			place:  2, wait: 5, limits: publishqueue.Limits{Total: 16, PerHost: 4, PerNamespace: 2},
+			want: "waiting to publish: place 2 of 5 publish jobs waiting; namespaces take turns, the one with the fewest jobs publishing first (the provider publishes at most 16 at once, at most 4 per host, at most 2 per namespace)",
 		},
 		"NoHostLimit": {
 			reason: "a limit that is not set is said so",
 			place:  1, wait: 1, limits: publishqueue.Limits{Total: 3},
-			want: "waiting to publish: place 1 of 1 publish jobs waiting, first come first served (the provider publishes at most 3 at once, at most any number per host)",
+			want: "waiting to publish: place 1 of 1 publish jobs waiting; namespaces take turns, the one with the fewest jobs publishing first (the provider publishes at most 3 at once, at most any number per host, at most any number per namespace)",
 		},
 	}
 	for name, tc := range cases {

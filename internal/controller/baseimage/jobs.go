@@ -68,7 +68,7 @@ type jobs struct {
 	// finished is told the BaseImage of every job that ends, or that leaves the publish queue
 	// to start, so that it is observed at once rather than at its next poll; nil tells nobody.
 	finished func(types.NamespacedName)
-	// queue bounds how many jobs publish at once, in all and per host.
+	// queue bounds how many jobs publish at once, in all, per host and per namespace.
 	queue *publishqueue.Queue
 }
 
@@ -131,7 +131,7 @@ func (js *jobs) start(uid types.UID, nn types.NamespacedName, host string, src i
 // run waits for j's turn in the publish queue (until ctx ends), then publishes within
 // uploadTimeout and frees its place.
 func (js *jobs) run(ctx context.Context, j *job, host string, publish func(ctx context.Context, progress imagecache.ProgressFunc) (imagecache.Result, error)) (imagecache.Result, error) {
-	t := js.queue.Enter(host, func() {
+	t := js.queue.Enter(host, j.nn.Namespace, func() {
 		if js.finished != nil {
 			js.finished(j.nn) // out of the queue: Observe says it publishes now
 		}

@@ -19,8 +19,9 @@ type Shared struct {
 	// source policy namespaced ProviderConfigs narrow, and whether BaseImages must pin a
 	// sha256.
 	Platform sourcepolicy.Platform
-	// PublishLimits bound the BaseImage publish jobs that run at once, in all and per host
-	// (--max-publish-jobs, --max-publish-jobs-per-host); zero: no limit.
+	// PublishLimits bound the BaseImage publish jobs that run at once, in all, per host and
+	// per namespace (--max-publish-jobs, --max-publish-jobs-per-host,
+	// --max-publish-jobs-per-namespace); zero: no limit.
 	PublishLimits publishqueue.Limits
 
 	// ConsoleLogInPool logs new domains' serial consoles in their storage pool (a directory

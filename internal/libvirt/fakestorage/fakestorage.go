@@ -293,6 +293,23 @@ func (s *Storage) DomainDisks(context.Context) ([]libvirt.DomainDisk, error) {
 	return append([]libvirt.DomainDisk(nil), s.Disks...), nil
 }
 
+// DomainDiskSources returns Disks as their domains' XML states them: without the Path of a
+// disk whose source is a volume (Volume set).
+func (s *Storage) DomainDiskSources(context.Context) ([]libvirt.DomainDisk, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("DomainDiskSources", "", ""); err != nil {
+		return nil, err
+	}
+	out := append([]libvirt.DomainDisk(nil), s.Disks...)
+	for i := range out {
+		if out[i].Volume != "" {
+			out[i].Path = ""
+		}
+	}
+	return out, nil
+}
+
 // VolumeNames lists the volumes of pool, sorted.
 func (s *Storage) VolumeNames(_ context.Context, pool string) ([]string, error) {
 	s.mu.Lock()
