@@ -109,6 +109,10 @@ func image(name string) []byte {
 		b[i] = seed[i%len(seed)] ^ byte(i>>10)
 	}
 	copy(b, "provider-kvm fault suite image "+name)
+	if strings.HasPrefix(name, writerPrefix) {
+		clear(b[:512])
+		copy(b, writerBootSector)
+	}
 	return b
 }
 
@@ -148,9 +152,11 @@ func TestFaults(t *testing.T) {
 	}
 	o.namespaces = append(o.namespaces, twoProvidersNamespace)
 	o.namespaces = append(o.namespaces, poolFullNamespaces...)
+	o.namespaces = append(o.namespaces, pausedNamespace)
 	for _, ns := range o.namespaces {
 		o.digests = append(o.digests, digest(ns))
 	}
+	o.digests = append(o.digests, digest(writerPrefix+"paused"))
 	cleanHost(t, inspect(tb), o)
 	s.mon = startMonitor(nsPrefix)
 
@@ -169,6 +175,9 @@ func TestFaults(t *testing.T) {
 	}
 	if run := os.Getenv("FAULTS_ONLY"); (run == "" && full()) || run == "PoolFull" {
 		t.Run("PoolFull", s.poolFull)
+	}
+	if run := os.Getenv("FAULTS_ONLY"); (run == "" && full()) || run == "PausedGuest" {
+		t.Run("PausedGuest", s.pausedGuest)
 	}
 	bad, samples := s.mon.end()
 	t.Logf("domains sampled for their base volume: %d samples", samples)

@@ -73,6 +73,13 @@ func (e *external) resumeAfterIOError(ctx context.Context, cr *v1alpha1.KVMDomai
 	if d.State != libvirt.StatePaused || !d.PausedIOError || !want || imported || e.observeOnly(cr) {
 		return "", nil
 	}
+	// libvirt's figures of a directory pool are those of its last refresh (and of the volumes
+	// made and deleted through it since): the guest's own writes, which filled the pool, are
+	// not in them. Read the pool afresh, or the guest is resumed into a pool that is still
+	// full and pauses again at once. Only a guest paused on an I/O error costs this.
+	if err := e.lv.RefreshPool(ctx, t.pool); err != nil {
+		return "", errors.Wrapf(err, errPoolRoom, t.pool)
+	}
 	p, err := e.lv.Pool(ctx, t.pool)
 	if err != nil {
 		return "", errors.Wrapf(err, errPoolRoom, t.pool)

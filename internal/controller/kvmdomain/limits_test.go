@@ -146,10 +146,13 @@ func (r *recorded) WithAnnotations(...string) event.Recorder {
 // resource wants stopped.
 func TestResumeAfterIOError(t *testing.T) {
 	cases := map[string]struct {
-		reason      string
-		ioError     bool
-		stopped     bool
-		free        uint64
+		reason  string
+		ioError bool
+		stopped bool
+		free    uint64
+		// fresh, when set, is the pool's free space once it is refreshed; free is then the
+		// stale figure libvirt had before (the guest's writes are not in it).
+		fresh       uint64
 		wantState   string
 		wantEvents  []string
 		wantMessage string
@@ -157,6 +160,9 @@ func TestResumeAfterIOError(t *testing.T) {
 		"SpaceBack": {reason: "pool has room again: resumed, and an event says so", ioError: true, free: 2 << 30,
 			wantState: libvirt.StateRunning, wantEvents: []string{"ResumedAfterIOError"}},
 		"StillFull": {reason: "pool still full: stays paused, Ready says why", ioError: true, free: 100 << 20,
+			wantState: libvirt.StatePaused, wantMessage: "domain is Paused: QEMU paused it when a write to its disk failed (its storage pool default is full, or was); it is resumed once the pool has 1024 MiB free (limits.minFreePoolMiB of ClusterProviderConfig/default)"},
+		"StaleFiguresRefreshed": {reason: "libvirt's figures predate the guest's writes: the pool is read afresh, still full, so the guest stays paused",
+			ioError: true, free: 2 << 30, fresh: 100 << 20,
 			wantState: libvirt.StatePaused, wantMessage: "domain is Paused: QEMU paused it when a write to its disk failed (its storage pool default is full, or was); it is resumed once the pool has 1024 MiB free (limits.minFreePoolMiB of ClusterProviderConfig/default)"},
 		"UserPaused": {reason: "paused for another reason: left alone whatever the pool", free: 1 << 40,
 			wantState: libvirt.StatePaused, wantMessage: "domain is Paused"},
@@ -170,6 +176,14 @@ func TestResumeAfterIOError(t *testing.T) {
 			withOverlay(true)(t, h)
 			_ = h.set(ourDomain, func(d *libvirt.DomainInfo) { d.PausedIOError = tc.ioError })
 			h.Free = map[string]uint64{pool: tc.free}
+			if tc.fresh != 0 {
+				h.Fail = func(op, p, _ string) error {
+					if op == "RefreshPool" && p == pool {
+						h.Free[pool] = tc.fresh
+					}
+					return nil
+				}
+			}
 			e := newExt(h, false)
 			rec := &recorded{}
 			e.recorder = rec
