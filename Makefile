@@ -36,7 +36,9 @@ E2E_DEPS := deps controlplane node-build tools xpkg image lan-up
 
 # -p 1: the integration tests of several packages share one libvirtd and sshd, and some of
 # them restart those daemons on purpose; packages must not run at the same time.
-GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
+# -ldflags=-w: test binaries without DWARF, which only a debugger reads; linking some fifty of
+# them is a good part of a cold suite's compile time.
+GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m -ldflags=-w
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 LDFLAGS := -X github.com/provider-kvm/provider-kvm/internal/version.Version=$(VERSION)
 

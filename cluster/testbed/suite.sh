@@ -29,7 +29,7 @@ if [[ -n ${FAULTS_FULL:-} ]]; then
 	LONGEST=("${LONGEST[@]/test\/faults/}")
 fi
 
-read -r -a FLAGS <<<"${GO_TEST_FLAGS:--count=1 -timeout 30m}"
+read -r -a FLAGS <<<"${GO_TEST_FLAGS:--count=1 -timeout 30m -ldflags=-w}"
 
 declare -A skip=()
 first=()
