@@ -12,8 +12,9 @@
 #               kubelet kube-proxy kube-scheduler (cluster/node/build.sh asks for these)
 #   KUBEBUILDER_ASSETS=BIN_DIR go test ./...
 #
-# Idempotent: a binary that already reports the wanted version is kept. Concurrent runs are
-# serialised with flock. Knobs: K8S_VERSION (v1.35.3), ETCD_VERSION (v3.6.6), WORK_DIR.
+# Idempotent: a binary that already reports the wanted version is kept. Concurrent builds are
+# serialised with flock; a run whose targets are built takes no lock. Knobs: K8S_VERSION
+# (v1.35.3), ETCD_VERSION (v3.6.6), WORK_DIR.
 # Every missing k8s.io/kubernetes command is built by ONE `go build` (one package graph, each
 # shared package compiled once, links in parallel), from one scratch module and GOCACHE.
 #
@@ -36,8 +37,6 @@ log() { printf '[controlplane] %s\n' "$*" >&2; }
 
 mkdir -p "$BIN" "$WORK"
 BIN=$(cd "$BIN" && pwd)
-exec 9>"$BIN/.build.lock"
-flock 9
 
 # has_version FILE WANT: the first line of `FILE --version` contains WANT.
 has_version() {
@@ -126,6 +125,22 @@ kubectl_ok() {
 	local out
 	[[ -x $BIN/kubectl ]] && out=$("$BIN/kubectl" version --client 2>/dev/null) && [[ ${out%%$'\n'*} == "Client Version: $K8S_VERSION" ]]
 }
+
+# The build lock is taken only when a target is missing or of another version, and the targets
+# are checked again under it: a run that finds them built (make test's envtest-bins beside
+# .ci/run's second half, which builds for minutes) does not wait for another run's build.
+needed=0
+for t in "${TARGETS[@]}"; do
+	case $t in
+	kubectl) kubectl_ok || needed=1 ;;
+	etcd) has_version "$BIN/etcd" "etcd Version: ${ETCD_VERSION#v}" || needed=1 ;;
+	*) has_version "$BIN/$t" "Kubernetes $K8S_VERSION" || needed=1 ;;
+	esac
+done
+if [[ $needed == 1 ]]; then
+	exec 9>"$BIN/.build.lock"
+	flock 9
+fi
 
 K8S_BUILD=()
 for t in "${TARGETS[@]}"; do

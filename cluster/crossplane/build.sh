@@ -17,7 +17,7 @@
 #   crane                go-containerregistry's crane v0.20.7, used as a loopback OCI registry.
 #
 # Idempotent: a binary that exists and reports the wanted version is kept (FORCE=1 rebuilds).
-# Concurrent runs are serialised with flock.
+# Concurrent builds are serialised with flock; a run whose targets are built takes no lock.
 #
 # Why scratch modules and not `go install pkg@version`: the Go proxy here answers 403 to the
 # version lists of crossplane modules, and `go install` reads them for deprecation notices. A
@@ -38,12 +38,31 @@ log() { printf '[crossplane] %s\n' "$*" >&2; }
 
 mkdir -p "$BIN" "$WORK"
 BIN=$(cd "$BIN" && pwd)
-exec 9>"$BIN/.crossplane-build.lock"
-flock 9
 
 # fresh FILE STAMP: FILE exists and was built for STAMP (recorded next to it).
 fresh() { [[ ${FORCE:-0} != 1 && -x $1 && -f $1.version && $(cat "$1.version") == "$2" ]]; }
 stamp() { echo "$2" >"$1.version"; }
+
+# need FILE STAMP WHAT: false (and says so) when FILE is built for STAMP. Otherwise it takes the
+# build lock, once per run, and checks again under it: a run that finds its targets built never
+# waits for another run's build of other targets (make test's test-tools beside .ci/run's
+# second half, which builds the core for minutes), and two runs never build the same one.
+locked=0
+need() {
+	if fresh "$1" "$2"; then
+		log "$3: cached"
+		return 1
+	fi
+	if [[ $locked == 0 ]]; then
+		exec 9>"$BIN/.crossplane-build.lock"
+		flock 9
+		locked=1
+	fi
+	if fresh "$1" "$2"; then
+		log "$3: cached"
+		return 1
+	fi
+}
 
 # The CLI and the core print a package-level version variable: internal/version up to v2.2,
 # crossplane-runtime's pkg/version from v2.3. Set both so `crossplane version` is not empty
@@ -73,7 +92,7 @@ timed() { # timed WHAT CMD...
 
 build_cli() {
 	local out=$BIN/crossplane
-	fresh "$out" "$CLI_VERSION" && { log "crossplane CLI $CLI_VERSION: cached"; return; }
+	need "$out" "$CLI_VERSION" "crossplane CLI $CLI_VERSION" || return 0
 	log "building the crossplane CLI $CLI_VERSION (about 6 minutes on 2 cores the first time)"
 	scratch "$WORK/cli-$CLI_VERSION" "github.com/crossplane/crossplane/v2@$CLI_VERSION"
 	(cd "$WORK/cli-$CLI_VERSION" && timed "crossplane CLI" \
@@ -83,7 +102,7 @@ build_cli() {
 
 build_core() {
 	local out=$BIN/crossplane-core
-	fresh "$out" "$CORE_VERSION" && { log "crossplane core $CORE_VERSION: cached"; return; }
+	need "$out" "$CORE_VERSION" "crossplane core $CORE_VERSION" || return 0
 	log "building the crossplane core $CORE_VERSION (about 5 minutes the first time)"
 	# The core's go.mod replaces apis/v2 with ./apis, which a dependent module does not see:
 	# pin the matching release instead.
@@ -96,7 +115,7 @@ build_core() {
 
 build_autoready() {
 	local out=$BIN/function-auto-ready dir
-	fresh "$out" "$AUTOREADY_VERSION" && { log "function-auto-ready $AUTOREADY_VERSION: cached"; return; }
+	need "$out" "$AUTOREADY_VERSION" "function-auto-ready $AUTOREADY_VERSION" || return 0
 	log "building function-auto-ready $AUTOREADY_VERSION"
 	dir=$(cd "$WORK" && GOFLAGS=-mod=mod go mod download -json "github.com/crossplane-contrib/function-auto-ready@$AUTOREADY_VERSION" |
 		sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
@@ -109,7 +128,7 @@ build_autoready() {
 
 build_crane() {
 	local out=$BIN/crane
-	fresh "$out" "$CRANE_VERSION" && { log "crane $CRANE_VERSION: cached"; return; }
+	need "$out" "$CRANE_VERSION" "crane $CRANE_VERSION" || return 0
 	log "building crane $CRANE_VERSION"
 	scratch "$WORK/crane-$CRANE_VERSION" "github.com/google/go-containerregistry@$CRANE_VERSION"
 	(cd "$WORK/crane-$CRANE_VERSION" && timed crane \
