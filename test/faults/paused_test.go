@@ -97,7 +97,7 @@ func (s *suite) pausedGuest(t *testing.T) {
 	defer func() { s.record(t, recovered, s.smallPoolLeaks(t, pool.Name, []string{img}), notes...) }()
 	mrs := s.set(pausedNamespace, pausedConfig, img, v1alpha1.PowerStateRunning)
 	vm := mrs[2].(*v1alpha1.KVMDomain)
-	vm.Spec.ForProvider.DiskSizeGiB = ptr.To[int32](1) // room past the image for the writes
+	vm.Spec.ForProvider.DiskSizeGiB = ptr.To[int32](1)   // room past the image for the writes
 	vm.Spec.ForProvider.Firmware = v1alpha1.FirmwareBIOS // the writer is a BIOS boot sector
 	s.create(t, mrs[:2])
 	wait(t, recoverBound, "the image and the seed Ready", func() error { return s.notReady(mrs[:2]) })
