@@ -9,8 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,21 +71,8 @@ const (
 func (s *suite) pausedGuest(t *testing.T) {
 	p := s.startProvider(t, "PausedGuest", "")
 	defer p.stop()
-	pool := s.tb.SmallPool(t, pausedPoolSize)
-	s.env.HostConfig(t, s.tb, pausedConfig)
-	s.env.AllowImageServer(t, pausedConfig, s.images.URL)
+	pool := s.smallPoolConfig(t, pausedConfig, pausedPoolSize, pausedMinFreeMiB)
 	ctx := context.Background()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cpc := &v1alpha1.ClusterProviderConfig{}
-		if err := s.kube.Get(ctx, types.NamespacedName{Name: pausedConfig}, cpc); err != nil {
-			return err
-		}
-		cpc.Spec.Defaults.Pool, cpc.Spec.Limits.MinFreePoolMiB = pool.Name, pausedMinFreeMiB
-		return s.kube.Update(ctx, cpc)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	var (
 		recovered time.Duration

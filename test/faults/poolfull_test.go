@@ -18,6 +18,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
+	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // The namespaces of the full-pool case: one BaseImage each, on the same small pool.
@@ -42,21 +43,8 @@ const (
 func (s *suite) poolFull(t *testing.T) {
 	p := s.startProvider(t, "PoolFull", "")
 	defer p.stop()
-	pool := s.tb.SmallPool(t, 6<<20)
-	s.env.HostConfig(t, s.tb, poolFullConfig)
-	s.env.AllowImageServer(t, poolFullConfig, s.images.URL)
+	pool := s.smallPoolConfig(t, poolFullConfig, 6<<20, 1)
 	ctx := context.Background()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cpc := &v1alpha1.ClusterProviderConfig{}
-		if err := s.kube.Get(ctx, types.NamespacedName{Name: poolFullConfig}, cpc); err != nil {
-			return err
-		}
-		cpc.Spec.Defaults.Pool, cpc.Spec.Limits.MinFreePoolMiB = pool.Name, 1
-		return s.kube.Update(ctx, cpc)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	var (
 		recovered time.Duration
@@ -185,4 +173,26 @@ func (s *suite) smallPoolLeaks(t *testing.T, pool string, imgs []string) []strin
 		}
 	}
 	return left
+}
+
+// smallPoolConfig makes a small pool of size bytes (a tmpfs in libvirtd's mount namespace) and
+// the ClusterProviderConfig name with it as its default pool, limits.minFreePoolMiB minFreeMiB
+// and the suite's image server allowed.
+func (s *suite) smallPoolConfig(t *testing.T, name string, size int, minFreeMiB int64) *testbed.SmallPool {
+	t.Helper()
+	pool := s.tb.SmallPool(t, size)
+	s.env.HostConfig(t, s.tb, name)
+	s.env.AllowImageServer(t, name, s.images.URL)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cpc := &v1alpha1.ClusterProviderConfig{}
+		if err := s.kube.Get(context.Background(), types.NamespacedName{Name: name}, cpc); err != nil {
+			return err
+		}
+		cpc.Spec.Defaults.Pool, cpc.Spec.Limits.MinFreePoolMiB = pool.Name, minFreeMiB
+		return s.kube.Update(context.Background(), cpc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
