@@ -130,7 +130,8 @@ node_bring_up() {
 	log "node up in $(elapsed "$t0")s"
 	"$NODE/crossplane.sh" || die "the Crossplane core did not come up on the node (cluster/node/crossplane.sh)"
 	log "Crossplane core and RBAC manager Available after $(elapsed "$t0")s"
-	PROVIDER_ARGS="${POLL:+--poll=$POLL}${PROVIDER_DEBUG:+ --debug}" "$NODE/packages.sh" ||
+	# --cluster-id: the ID test/e2e checks in the ownership records on the hosts (clusterID).
+	PROVIDER_ARGS="--cluster-id=e2e${POLL:+ --poll=$POLL}${PROVIDER_DEBUG:+ --debug}" "$NODE/packages.sh" ||
 		die "the packages did not become healthy on the node (cluster/node/packages.sh)"
 	log "node, Crossplane and packages up in $(elapsed "$t0")s"
 }

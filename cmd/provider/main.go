@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -67,9 +69,12 @@ func main() {
 		claimMinBytes         = app.Flag("publish-min-bytes", "Least progress, in bytes per --publish-min-window, an upload must make for BaseImages of other namespaces to keep waiting for it; slower, they may take its claim over and publish the image themselves. 0: no minimum.").Default(strconv.FormatInt(imagecache.DefaultMinThroughput.Bytes, 10)).Int64()
 		claimMinWindow        = app.Flag("publish-min-window", "The window over which --publish-min-bytes is measured.").Default(imagecache.DefaultMinThroughput.Window.String()).Duration()
 
+		clusterID = app.Flag("cluster-id", "Names this management cluster (a DNS label, e.g. prod-eu-1) in the ownership records of everything the provider makes on a host. Set a distinct one in each cluster whose providers share hosts: each then judges and sweeps only its own cluster's records, and leaves the others' (records that name no cluster, written before one was set, are judged by every provider). Empty: this cluster is the only one on its hosts.").Default("").Envar("CLUSTER_ID").String()
+
 		enableManagementPolicies = app.Flag("enable-management-policies", "Honour spec.managementPolicies (e.g. Observe-only imports).").Default("true").Envar("ENABLE_MANAGEMENT_POLICIES").Bool()
 	)
 	kingpin.MustParse(app.Parse(os.Args[1:]))
+	kingpin.FatalIfError(checkClusterID(*clusterID), "Invalid --cluster-id")
 
 	zl := zap.New(zap.UseDevMode(*debug))
 	log := logging.NewLogrLogger(zl.WithName("provider-kvm"))
@@ -154,7 +159,9 @@ func main() {
 	defer conns.Close() //nolint:errcheck // Best effort at exit.
 
 	shared := setup.NewShared(platform)
-	shared.Images = imagecache.NewShared(imagecache.WithMinThroughput(imagecache.Throughput{Bytes: *claimMinBytes, Window: *claimMinWindow}))
+	shared.ClusterID = *clusterID
+	shared.Images = imagecache.NewShared(imagecache.WithMinThroughput(imagecache.Throughput{Bytes: *claimMinBytes, Window: *claimMinWindow}),
+		imagecache.InCluster(*clusterID))
 	shared.PublishLimits = publishqueue.Limits{Total: *maxPublishJobs, PerHost: *maxPublishJobsPerHost, PerNamespace: *maxPublishJobsPerNS}
 	shared.ConsoleLogInPool = *consoleLogInPool
 	kingpin.FatalIfError(kvmcontroller.SetupGated(mgr, o, conns, events, signals, shared), "Cannot set up provider-kvm controllers")
@@ -174,4 +181,15 @@ func leaseNamespace(flag string) string {
 		return ""
 	}
 	return "crossplane-system"
+}
+
+// checkClusterID accepts an empty cluster ID or a DNS label (RFC 1123).
+func checkClusterID(id string) error {
+	if id == "" {
+		return nil
+	}
+	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
+		return errors.Errorf("%q is not a DNS label: %s", id, strings.Join(errs, "; "))
+	}
+	return nil
 }

@@ -58,3 +58,24 @@ func TestPlatformOf(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckClusterID(t *testing.T) {
+	cases := map[string]struct {
+		id   string
+		want bool // valid
+	}{
+		"None":        {id: "", want: true},
+		"Label":       {id: "prod-eu-1", want: true},
+		"Upper":       {id: "Prod"},
+		"Dots":        {id: "prod.eu"},
+		"TooLong":     {id: strings.Repeat("a", 64)},
+		"LeadingDash": {id: "-prod"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if err := checkClusterID(tc.id); (err == nil) != tc.want {
+				t.Errorf("checkClusterID(%q) = %v, want valid %t", tc.id, err, tc.want)
+			}
+		})
+	}
+}

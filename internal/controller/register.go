@@ -41,5 +41,5 @@ func SetupGated(mgr ctrl.Manager, o controller.Options, conns *host.Connections,
 		return err
 	}
 	// The host status of every config, read through the same pooled connections.
-	return errors.Wrap(hoststatus.Setup(mgr, o, conns, signals, shared.Libvirt, shared.Images), "cannot set up the host status controllers")
+	return errors.Wrap(hoststatus.Setup(mgr, o, conns, signals, shared.Libvirt, shared.Images, shared.ClusterID), "cannot set up the host status controllers")
 }

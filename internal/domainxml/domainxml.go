@@ -55,6 +55,9 @@ type Owner struct {
 	Namespace      string   `xml:"namespace"`
 	Name           string   `xml:"name"`
 	ProviderConfig string   `xml:"providerConfig,omitempty"`
+	// ClusterID names the management cluster of the KVMDomain (the provider's --cluster-id;
+	// "" when it has none): another cluster's orphan sweep leaves the domain alone.
+	ClusterID string `xml:"clusterID,omitempty"`
 	// BaseVolume and SeedSHA256 record what the domain was defined from, so a later change of
 	// its BaseImage or SeedVolume can be reported.
 	BaseVolume string `xml:"baseVolume,omitempty"`

@@ -18,22 +18,27 @@ func TestNamespaceImages(t *testing.T) {
 	owns(t, h, v1, sibling)
 	owns(t, h, v1, them)
 	owns(t, h, v2, gone)
+	// Namespace ns-a of another cluster sharing the host: another team.
+	owns(t, h, v1, Owner{UID: "uid-elsewhere", Namespace: us.Namespace, Name: "a", ClusterID: "cluster-b"})
+	owns(t, h, v2, Owner{UID: "uid-here", Namespace: us.Namespace, Name: "here", ClusterID: "cluster-a"})
 	h.Put(tpool, OwnerName(v2, "uid-torn"), []byte(`{"schema":1,`))
 	cases := map[string]struct {
-		reason string
-		ns     string
-		except string
-		alive  Liveness
-		want   int
+		reason  string
+		cluster string
+		ns      string
+		except  string
+		alive   Liveness
+		want    int
 	}{
-		"Namespace":      {reason: "distinct BaseImages of the namespace", ns: us.Namespace, want: 2},
+		"Namespace":      {reason: "distinct BaseImages of the namespace (that name no cluster)", ns: us.Namespace, want: 2},
+		"OwnCluster":     {reason: "with a cluster ID: the namespace's BaseImages of that cluster and of none, not another cluster's", cluster: "cluster-a", ns: us.Namespace, want: 3},
 		"LeavesItself":   {reason: "the asking BaseImage's own records are not counted", ns: us.Namespace, except: us.UID, want: 1},
 		"OtherNS":        {reason: "another namespace's only", ns: them.Namespace, want: 1},
 		"GoneNotCounted": {reason: "a record of a BaseImage gone from the cluster is not counted", ns: gone.Namespace, alive: liveOnly(us, them, sibling), want: 0},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			var opts []Option
+			opts := []Option{WithClusterID(tc.cluster)}
 			if tc.alive != nil {
 				opts = append(opts, WithLiveness(tc.alive))
 			}

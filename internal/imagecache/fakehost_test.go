@@ -47,6 +47,12 @@ func testShared() *Shared {
 	return s
 }
 
+// inCluster is o as a BaseImage of the management cluster id.
+func inCluster(o Owner, id string) Owner {
+	o.ClusterID = id
+	return o
+}
+
 // liveOnly is a Liveness that knows exactly the given owners.
 func liveOnly(owners ...Owner) Liveness {
 	return func(_ context.Context, uid string) (bool, error) {

@@ -249,7 +249,7 @@ func (p *progressClock) forget(key string) {
 func (c *Cache) tooSlow(ctx context.Context, img Image, owner Owner) (bool, error) {
 	cl := img.Claim
 	if c.sh.progress.min.Bytes <= 0 || !img.HasData || cl == nil || cl.State != RecordClaimed ||
-		owner.Namespace == "" || cl.Owner.Namespace == owner.Namespace {
+		owner.Namespace == "" || cl.Owner.sameNamespace(owner) {
 		return false, nil
 	}
 	vi, err := c.lv.VolumeInfo(ctx, img.Pool, img.Volume)

@@ -63,6 +63,8 @@ type Cache struct {
 	overlayPools OverlayPools
 	// namespace of the BaseImage acting (WithNamespace).
 	namespace string
+	// clusterID of the management cluster this provider serves (WithClusterID).
+	clusterID string
 	// limits of the host config: the free space a pool keeps (WithLimits).
 	limits hostlimits.Limits
 }
@@ -87,6 +89,15 @@ func WithLimits(l hostlimits.Limits) Option { return func(c *Cache) { c.limits =
 // errors name no disk.
 func WithNamespace(ns string) Option { return func(c *Cache) { c.namespace = ns } }
 
+// WithClusterID says which management cluster this provider serves (default: the Shared's,
+// see InCluster): the
+// owners Publish records name it, and only the owner records that name it, or name no cluster
+// (written by a provider without one), are judged by the Liveness and counted by
+// NamespaceImages. The records of another cluster's BaseImages sharing the host are left to
+// that cluster's provider: its UIDs are unknown here, not gone. Without it (""), the records
+// of every cluster that names none are judged, as when one cluster uses the host.
+func WithClusterID(id string) Option { return func(c *Cache) { c.clusterID = id } }
+
 // WithHolder sets the holder name written into claims (default: the Shared's, one per
 // process).
 func WithHolder(h string) Option { return func(c *Cache) { c.holder = h } }
@@ -96,7 +107,7 @@ func WithHolder(h string) Option { return func(c *Cache) { c.holder = h } }
 // redirect and dialed address is checked against dl.Policy, no proxy is used, and the
 // response headers, stalls and the image size are bounded.
 func New(lv Host, sh *Shared, dl Downloads, opts ...Option) *Cache {
-	c := &Cache{lv: lv, sh: sh, fetch: imagefetch.New(dl), now: time.Now, holder: sh.holder}
+	c := &Cache{lv: lv, sh: sh, fetch: imagefetch.New(dl), now: time.Now, holder: sh.holder, clusterID: sh.clusterID}
 	for _, o := range opts {
 		o(c)
 	}

@@ -159,13 +159,18 @@ type env struct {
 	cache *Cache
 }
 
+// bedClusterID is the cluster ID of this package's caches on the test bed.
+const bedClusterID = "imagecache-tests"
+
 // newEnv is a cache with the default policy: it refuses loopback servers
 // until serve allows one.
 func newEnv(t *testing.T) *env {
 	tb := requireTestbed(t)
 	lvsh := libvirt.NewShared()
 	lv := libvirt.New(tb.conn, lvsh, libvirt.WithSocket(tb.cfg.Socket))
-	sh := NewShared()
+	// The bed's pool is shared with the other packages' tests, each a cluster of its own: this
+	// package's records name its cluster, which their sweeps leave alone.
+	sh := NewShared(InCluster(bedClusterID))
 	return &env{tb: tb, sh: sh, lvsh: lvsh, lv: lv, cache: New(lv, sh, Downloads{Config: testConfig})}
 }
 

@@ -31,11 +31,19 @@ type Source struct {
 	Format Format
 }
 
-// Owner is the BaseImage that owns a volume.
+// Owner is the BaseImage that owns a volume. ClusterID names the management cluster it is in
+// (the provider's --cluster-id; "" in records of providers without one, or of releases before
+// it): only that cluster's provider may take the owner for gone (see WithClusterID).
 type Owner struct {
 	UID       string `json:"uid"`
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
+	ClusterID string `json:"clusterID,omitempty"`
+}
+
+// sameNamespace tells whether o and other are BaseImages of one namespace of one cluster.
+func (o Owner) sameNamespace(other Owner) bool {
+	return o.Namespace == other.Namespace && o.ClusterID == other.ClusterID
 }
 
 func (o Owner) String() string {

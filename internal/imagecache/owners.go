@@ -96,14 +96,25 @@ func (c *Cache) ownerLive(ctx context.Context, pool, vol, name string) (Record, 
 			return Record{}, false, nil
 		}
 	}
-	if c.alive == nil {
-		return *rec, true, nil
-	}
-	alive, err := c.alive(ctx, rec.Owner.UID)
+	alive, err := c.ownerAlive(ctx, rec.Owner)
 	if err != nil {
-		return Record{}, false, errors.Wrap(err, "cannot tell whether the owner of an image record still exists")
+		return Record{}, false, err
 	}
 	return *rec, alive, nil
+}
+
+// judges tells whether this provider may judge owner o by its Liveness: o is of its cluster,
+// or names none (WithClusterID).
+func (c *Cache) judges(o Owner) bool { return o.ClusterID == "" || o.ClusterID == c.clusterID }
+
+// ownerAlive tells whether owner o still exists: by the Liveness when this provider judges o,
+// else (no Liveness, another cluster's owner) it is taken for alive.
+func (c *Cache) ownerAlive(ctx context.Context, o Owner) (bool, error) {
+	if c.alive == nil || !c.judges(o) {
+		return true, nil
+	}
+	alive, err := c.alive(ctx, o.UID)
+	return alive, errors.Wrap(err, "cannot tell whether the owner of an image record still exists")
 }
 
 // liveUIDs is the set of the owners' UIDs.

@@ -67,6 +67,7 @@ func (c *Cache) Publish(ctx context.Context, pool string, src Source, owner Owne
 	if owner.UID == "" {
 		return Result{}, errors.New(errNoOwnerUID)
 	}
+	owner.ClusterID = c.clusterID
 	src.Format = src.Format.OrDefault()
 	asked := src
 	src, finalURL, proved, err := c.resolveSource(ctx, pool, src, owner)
@@ -149,7 +150,7 @@ func needsProof(img Image, owner Owner) bool {
 	default:
 		return false
 	}
-	return by == nil || (by.Owner.UID != owner.UID && (owner.Namespace == "" || by.Owner.Namespace != owner.Namespace))
+	return by == nil || (by.Owner.UID != owner.UID && (owner.Namespace == "" || !by.Owner.sameNamespace(owner)))
 }
 
 // prove downloads src from its own URL, within the config's policy and limits, and checks

@@ -377,3 +377,49 @@ func TestPublishSettlesAMarkerBeingWritten(t *testing.T) {
 		t.Errorf("Publish: Reused=%v, volumes -want +got:\n%s", res.Reused, diff)
 	}
 }
+
+// TestPublishRecordsClusterID: a provider with a cluster ID names it in the owner records and
+// the marker it writes, and rewrites its BaseImage's record that named none (written before
+// the provider had one), so that other clusters sharing the host leave them alone.
+func TestPublishRecordsClusterID(t *testing.T) {
+	data := []byte(strings.Repeat("raw image bytes ", rawSize/16))
+	digest := sha(data)
+	vol := DigestVolumeName(digest, FormatRaw)
+	srv := newRawServer(t, data)
+	src := Source{URL: srv.URL + "/img", SHA256: digest, Format: FormatRaw}
+	want := inCluster(us, "cluster-a")
+	cases := map[string]struct {
+		reason string
+		setup  func(t *testing.T, h *fakestorage.Storage)
+	}{
+		"Upload": {reason: "an upload's marker and owner record name the cluster"},
+		"LegacyRecord": {
+			reason: "an owner record of the BaseImage that names no cluster is rewritten to name it",
+			setup: func(t *testing.T, h *fakestorage.Storage) {
+				published(t, h, vol, digest, FormatRaw, want, rawSize)
+				owns(t, h, vol, us)
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := fakestorage.New()
+			if tc.setup != nil {
+				tc.setup(t, h)
+			}
+			c := newFakeCache(h, testShared(), downloadsFor(t, allowServers(t, srv.Server)), WithClusterID("cluster-a"))
+			if _, err := c.Publish(context.Background(), tpool, src, us, nil); err != nil {
+				t.Fatalf("%s\nPublish(...): %v", tc.reason, err)
+			}
+			for _, n := range []string{MarkerName(vol), OwnerName(vol, us.UID)} {
+				_, rec, invalid, err := c.readRecord(context.Background(), tpool, n)
+				if err != nil || invalid != nil || rec == nil {
+					t.Fatalf("%s\nrecord %s: %v %v", tc.reason, n, err, invalid)
+				}
+				if diff := cmp.Diff(want, rec.Owner); diff != "" {
+					t.Errorf("%s\nowner in %s: -want, +got:\n%s", tc.reason, n, diff)
+				}
+			}
+		})
+	}
+}

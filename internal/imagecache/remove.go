@@ -98,11 +98,9 @@ func (c *Cache) planRemoveWithFacts(ctx context.Context, f *removeFacts) (remove
 		}
 		switch p.Need {
 		case needPublisher:
-			f.askedPublisher, f.publisherLive = true, true
-			if c.alive != nil {
-				if f.publisherLive, err = c.alive(ctx, f.img.Owner.UID); err != nil {
-					return removePlan{}, err
-				}
+			f.askedPublisher = true
+			if f.publisherLive, err = c.ownerAlive(ctx, f.img.Owner); err != nil {
+				return removePlan{}, err
 			}
 		case needUsers:
 			// A scan of this host from the last few seconds will do: the check after
@@ -166,7 +164,7 @@ func (c *Cache) detach(ctx context.Context, f removeFacts, kept bool, others int
 // writeRemovalClaim writes the "removing" claim of img's volume for uid (Sweep's name when
 // "").
 func (c *Cache) writeRemovalClaim(ctx context.Context, img Image, uid string) error {
-	remover := Owner{UID: uid}
+	remover := Owner{UID: uid, ClusterID: c.clusterID}
 	if uid == "" {
 		remover.UID = sweeperUID // a record must name someone
 	}

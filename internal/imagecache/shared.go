@@ -33,6 +33,8 @@ type Shared struct {
 	scans    *scans
 	holder   string
 	timing   timing
+	// clusterID is the management cluster this process serves (InCluster).
+	clusterID string
 }
 
 // timing holds the protocol's periods; tests shorten them.
@@ -64,6 +66,11 @@ type SharedOption func(*Shared)
 // WithRecheck sets how long Lookup trusts a record on its fingerprint alone (default
 // DefaultRecheck).
 func WithRecheck(d time.Duration) SharedOption { return func(s *Shared) { s.memo.recheck = d } }
+
+// InCluster says which management cluster this process serves (the provider's --cluster-id):
+// the Caches made with the Shared name it in the owner records they write, and judge only
+// the records of that cluster or of none (see WithClusterID).
+func InCluster(id string) SharedOption { return func(s *Shared) { s.clusterID = id } }
 
 // NewShared returns the state one provider process shares among its Caches. Its holder name
 // (written into claims) is the host name (a pod's name in a cluster), the PID and a random

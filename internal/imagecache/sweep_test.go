@@ -21,10 +21,11 @@ func TestSweep(t *testing.T) {
 		names   []string
 	}
 	cases := map[string]struct {
-		reason string
-		alive  Liveness
-		setup  func(t *testing.T, h *fakestorage.Storage)
-		want   want
+		reason  string
+		cluster string
+		alive   Liveness
+		setup   func(t *testing.T, h *fakestorage.Storage)
+		want    want
 	}{
 		"NoLiveness": {
 			reason: "without a Liveness no owner can be judged gone: nothing is done",
@@ -66,6 +67,38 @@ func TestSweep(t *testing.T) {
 				names:   sortedNames(volA, MarkerName(volA), "vm.root.qcow2"),
 			},
 		},
+		"AnotherClustersOwner": {
+			reason:  "an owner of another cluster sharing the host is unknown here, not gone: its record and the volume stay",
+			cluster: "cluster-a",
+			alive:   liveOnly(us),
+			setup: func(t *testing.T, h *fakestorage.Storage) {
+				published(t, h, volA, sumA, FormatQCOW2, inCluster(gone, "cluster-a"), rawSize)
+				owns(t, h, volA, inCluster(them, "cluster-b"))
+				owns(t, h, volA, inCluster(gone, "cluster-a"))
+			},
+			want: want{names: sortedNames(volA, MarkerName(volA), OwnerName(volA, them.UID))},
+		},
+		"OwnClusterAndUnnamedJudged": {
+			reason:  "the records of this provider's cluster, and those that name no cluster, are judged: gone owners' go, and the volume with them",
+			cluster: "cluster-a",
+			alive:   liveOnly(us),
+			setup: func(t *testing.T, h *fakestorage.Storage) {
+				published(t, h, volA, sumA, FormatQCOW2, inCluster(gone, "cluster-b"), rawSize)
+				owns(t, h, volA, inCluster(gone, "cluster-a"))
+				owns(t, h, volA, them)
+			},
+			want: want{removed: []string{volA}},
+		},
+		"NoClusterIDLeavesNamedClusters": {
+			reason: "a provider without a cluster ID judges only the records that name none",
+			alive:  liveOnly(us),
+			setup: func(t *testing.T, h *fakestorage.Storage) {
+				published(t, h, volA, sumA, FormatQCOW2, gone, rawSize)
+				owns(t, h, volA, inCluster(them, "cluster-b"))
+				owns(t, h, volA, gone)
+			},
+			want: want{names: sortedNames(volA, MarkerName(volA), OwnerName(volA, them.UID))},
+		},
 		"LegacyLeftAlone": {
 			reason: "volumes from before shared images are not swept",
 			alive:  liveOnly(us),
@@ -98,7 +131,7 @@ func TestSweep(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := fakestorage.New()
 			tc.setup(t, h)
-			var opts []Option
+			opts := []Option{WithClusterID(tc.cluster)}
 			if tc.alive != nil {
 				opts = append(opts, WithLiveness(tc.alive))
 			}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 )
 
 // TestInUseMessage: an in-use refusal names the acting namespace's volumes, domains and disks
@@ -68,21 +69,29 @@ func TestNeedsProof(t *testing.T) {
 	rec := func(o Owner) *Record { return &Record{Owner: o} }
 	restored := Owner{UID: "uid-new", Namespace: us.Namespace, Name: us.Name}
 	cases := map[string]struct {
-		img  Image
-		want bool
+		img   Image
+		owner *Owner // default: us
+		want  bool
 	}{
-		"Absent":                   {img: Image{State: StateAbsent}, want: false},
-		"PublishedByUs":            {img: Image{State: StatePublished, Marker: rec(us)}, want: false},
-		"PublishedBySameNS":        {img: Image{State: StatePublished, Marker: rec(restored)}, want: false},
-		"PublishedByOtherNS":       {img: Image{State: StatePublished, Marker: rec(them)}, want: true},
-		"PublishedUnreadMarker":    {img: Image{State: StatePublished}, want: true},
-		"UploadingByOtherNS":       {img: Image{State: StateDebris, HasClaim: true, Claim: rec(them)}, want: true},
-		"UploadingByUs":            {img: Image{State: StateDebris, HasClaim: true, Claim: rec(us)}, want: false},
-		"UploadingUnreadableClaim": {img: Image{State: StateDebris, HasClaim: true}, want: true},
+		// A namespace of the same name in another cluster sharing the host is another team.
+		"PublishedBySameNSOtherCluster": {img: Image{State: StatePublished, Marker: rec(inCluster(restored, "cluster-b"))}, owner: ptr.To(inCluster(us, "cluster-a")), want: true},
+		"PublishedBySameNSSameCluster":  {img: Image{State: StatePublished, Marker: rec(inCluster(restored, "cluster-a"))}, owner: ptr.To(inCluster(us, "cluster-a")), want: false},
+		"Absent":                        {img: Image{State: StateAbsent}, want: false},
+		"PublishedByUs":                 {img: Image{State: StatePublished, Marker: rec(us)}, want: false},
+		"PublishedBySameNS":             {img: Image{State: StatePublished, Marker: rec(restored)}, want: false},
+		"PublishedByOtherNS":            {img: Image{State: StatePublished, Marker: rec(them)}, want: true},
+		"PublishedUnreadMarker":         {img: Image{State: StatePublished}, want: true},
+		"UploadingByOtherNS":            {img: Image{State: StateDebris, HasClaim: true, Claim: rec(them)}, want: true},
+		"UploadingByUs":                 {img: Image{State: StateDebris, HasClaim: true, Claim: rec(us)}, want: false},
+		"UploadingUnreadableClaim":      {img: Image{State: StateDebris, HasClaim: true}, want: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := needsProof(tc.img, us); got != tc.want {
+			owner := us
+			if tc.owner != nil {
+				owner = *tc.owner
+			}
+			if got := needsProof(tc.img, owner); got != tc.want {
 				t.Errorf("needsProof(...) = %v, want %v", got, tc.want)
 			}
 		})

@@ -31,12 +31,15 @@ const Suffix = ".owner"
 // maxRecordBytes bounds how much of a record volume is read.
 const maxRecordBytes = 16 << 10
 
-// Owner names the managed resource a volume belongs to.
+// Owner names the managed resource a volume belongs to, and the management cluster it is in
+// (the provider's --cluster-id; "" when the provider has none): the orphan sweep of a provider
+// of another cluster sharing the host leaves the volume alone.
 type Owner struct {
 	Kind      string `json:"kind"`
 	UID       string `json:"uid"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	ClusterID string `json:"clusterID,omitempty"`
 }
 
 func (o Owner) String() string {

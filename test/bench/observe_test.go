@@ -36,7 +36,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
-	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/metrics"
@@ -127,7 +126,7 @@ func TestObserveCost(t *testing.T) {
 	events := domainevents.New(logging.NewNopLogger())
 	conns := host.NewConnections(host.WithOnLibvirt(events.Attach))
 	t.Cleanup(func() { _ = conns.Close() })
-	shared := setup.NewShared()
+	shared := env.Shared()
 	env.Run(t, poll, config.Setup,
 		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, shared) },
 		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns, shared) },

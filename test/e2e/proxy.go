@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -351,6 +352,9 @@ func (e *env) checkPlacement(ctx context.Context, ns, name, image, hostName stri
 	if len(attached) != 1 || attached[0] != want {
 		return fmt.Errorf("%s: domain %s on %s is attached to %v, want %s", label, domain, hostName, attached, want)
 	}
+	if dom.Metadata == nil || !clusterIDElement.MatchString(dom.Metadata.XML) {
+		return fmt.Errorf("%s: domain %s's ownership record does not name the provider's --cluster-id %s", label, domain, clusterID)
+	}
 	bi := &v1alpha1.BaseImage{}
 	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: image}, bi); err != nil {
 		return fmt.Errorf("%s: BaseImage %s/%s: %w", label, ns, image, err)
@@ -365,3 +369,11 @@ func (e *env) checkPlacement(ctx context.Context, ns, name, image, hostName stri
 	logf("  %s: on host %s (%s), address %s from %s, base image %s cached on %s", label, hostName, want, at.IPv4, at.IPSource, vol, hostName)
 	return nil
 }
+
+// clusterID is the provider's --cluster-id in the e2e (cluster/e2e/lib.sh sets it): the
+// ownership record in each domain's metadata names it.
+const clusterID = "e2e"
+
+// clusterIDElement finds it in a domain's metadata (libvirt writes the element with our
+// namespace's prefix).
+var clusterIDElement = regexp.MustCompile(`<(\w+:)?clusterID>` + clusterID + `</(\w+:)?clusterID>`)

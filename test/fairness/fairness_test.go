@@ -25,7 +25,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
-	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/fairness"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
@@ -61,7 +60,7 @@ func start(t *testing.T) (*controlplane.Env, *testbed.Env) {
 	t.Logf("rate limiter: %T, %d/s, %d workers per controller", env.RateLimiter, rate, workers)
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
-	shared := setup.NewShared()
+	shared := env.Shared()
 	env.Run(t, time.Minute, config.Setup,
 		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, shared) },
 		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns, shared) },

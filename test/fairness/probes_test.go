@@ -27,7 +27,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
-	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/fairness"
 	"github.com/provider-kvm/provider-kvm/internal/host"
@@ -207,7 +206,7 @@ func TestHangingProbesDoNotDelayAnotherNamespace(t *testing.T) {
 	events := domainevents.New(logging.NewNopLogger())
 	conns := host.NewConnections(host.WithOnLibvirt(events.Attach))
 	t.Cleanup(func() { _ = conns.Close() })
-	shared := setup.NewShared()
+	shared := env.Shared()
 	env.Run(t, time.Minute, config.Setup,
 		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, shared) },
 		func(m ctrl.Manager, o controller.Options) error { return kvmdomain.Setup(m, o, conns, events, shared) },

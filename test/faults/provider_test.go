@@ -65,7 +65,7 @@ func (s *suite) startProvider(t *testing.T, name, killAt string, args ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args = append([]string{"--no-leader-election", "--debug", "--metrics-bind-address=0", "--poll=" + pollInterval.String()}, args...)
+	args = append([]string{"--no-leader-election", "--debug", "--metrics-bind-address=0", "--poll=" + pollInterval.String(), "--cluster-id=" + s.env.ClusterID}, args...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.kubeconfig, faultpoint.EnvKillAt+"="+killAt)
 	cmd.Stdout, cmd.Stderr = f, f

@@ -166,7 +166,7 @@ func TestHostStatusOnTheLAN(t *testing.T) {
 	conns := host.NewConnections(host.WithOnState(signals.Notify))
 	t.Cleanup(func() { _ = conns.Close() })
 	env.Run(t, statusPoll, config.Setup, func(m ctrl.Manager, o controller.Options) error {
-		return hoststatus.Setup(m, o, conns, signals, lv.NewShared(), imagecache.NewShared())
+		return hoststatus.Setup(m, o, conns, signals, lv.NewShared(), imagecache.NewShared(imagecache.InCluster(env.ClusterID)), env.ClusterID)
 	})
 
 	get := func(h lanHost) *v1alpha1.ClusterProviderConfig {

@@ -27,7 +27,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/kvmdomain"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
-	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/internal/names"
 	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
@@ -83,7 +82,7 @@ func TestSecondRound(t *testing.T) {
 	t.Cleanup(func() { _ = conns.Close() })
 	// The platform requires a sha256 on every BaseImage (--require-image-sha256); namespaced
 	// configs get the default platform policy (no --namespaced-image-sources).
-	shared := setup.NewShared(sourcepolicy.Platform{RequireSHA256: true})
+	shared := env.Shared(sourcepolicy.Platform{RequireSHA256: true})
 	env.Run(t, 2*time.Second, config.Setup,
 		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, shared) },
 		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns, shared) },

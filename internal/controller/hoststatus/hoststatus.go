@@ -110,6 +110,9 @@ type Reconciler struct {
 	// images makes the image cache of a connection for the orphan sweep of cached base
 	// images; nil sweeps none.
 	images func(c *host.Conn, r *hostconfig.Resolved, alive imagecache.Liveness) ImageSweeper
+	// clusterID is the provider's --cluster-id: the orphan sweeps leave objects whose records
+	// name another cluster.
+	clusterID string
 	// signals, when not nil, learns what each read found, so that a change of the connection
 	// it used requeues the config (Signals).
 	signals *Signals
@@ -121,8 +124,9 @@ type Reconciler struct {
 // most the poll) while it is not, and at once when signals (when not nil; the pool's
 // WithOnState callback is its Notify) says the connection a host's last read used went down
 // while it was Ready, or came up while it was not. The orphan sweep of cached base images uses
-// images, the process's image cache state.
-func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, signals *Signals, lvs *lv.Shared, images *imagecache.Shared) error {
+// images, the process's image cache state. clusterID is the provider's --cluster-id ("" for
+// none): the orphan sweeps leave what another cluster sharing the hosts made.
+func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, signals *Signals, lvs *lv.Shared, images *imagecache.Shared, clusterID string) error {
 	memo := NewMemo(time.Now, DefaultRecheck)
 	for _, k := range []ops{pcOps, cpcOps} {
 		name := "hoststatus/" + strings.ToLower(k.kind)
@@ -134,6 +138,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns Connections, signals *S
 			unreadyPoll: min(DefaultUnreadyPoll, o.PollInterval),
 			timeout:     DefaultTimeout,
 			signals:     signals,
+			clusterID:   clusterID,
 			host: func(c *host.Conn, res *hostconfig.Resolved) Host {
 				h := res.Host.WithDefaults()
 				return lv.New(c, lvs, lv.WithSocket(h.Socket), lv.WithURI(h.URI), lv.WithKind(Kind))

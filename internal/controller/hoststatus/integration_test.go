@@ -125,7 +125,7 @@ func TestHostStatusOnRealHost(t *testing.T) {
 	t.Cleanup(func() { _ = conns.Close() })
 	lvs := lv.NewShared()
 	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error {
-		return Setup(m, o, conns, nil, lvs, imagecache.NewShared())
+		return Setup(m, o, conns, nil, lvs, imagecache.NewShared(imagecache.InCluster(env.ClusterID)), env.ClusterID)
 	})
 	ctx := context.Background()
 
@@ -356,7 +356,7 @@ func TestHostStatusConnectionSignal(t *testing.T) {
 	t.Cleanup(func() { _ = conns.Close() })
 	const poll = 10 * time.Minute
 	env.Run(t, poll, config.Setup, func(m ctrl.Manager, o controller.Options) error {
-		return Setup(m, o, conns, signals, lv.NewShared(), imagecache.NewShared())
+		return Setup(m, o, conns, signals, lv.NewShared(), imagecache.NewShared(imagecache.InCluster(env.ClusterID)), env.ClusterID)
 	})
 	ctx := context.Background()
 	ready := func() (corev1.ConditionStatus, string) {

@@ -27,6 +27,8 @@ type RecordOwner struct {
 	Kind            string
 	UID             string
 	Namespace, Name string
+	// ClusterID is the management cluster the record names; "" for none.
+	ClusterID string
 }
 
 // Object is one object on a host that carries our ownership record: a domain (its record in
@@ -76,6 +78,9 @@ type OrphanFacts struct {
 	// Objects on the host that carry our ownership record.
 	Objects []Object
 	Cluster Cluster
+	// ClusterID is the provider's own (--cluster-id): the objects whose record names another
+	// cluster are that cluster's to judge, never orphans here.
+	ClusterID string
 	// Namespace scopes the decision: a ProviderConfig's namespace, whose config sees and
 	// removes only orphans whose record names it; "" (a ClusterProviderConfig) for all.
 	Namespace string
@@ -112,7 +117,8 @@ func (d OrphanDecision) Status(deleted int32) *v1alpha1.HostOrphans {
 }
 
 // DecideOrphans tells which objects are orphans and which may be removed now. An object is an
-// orphan when it is in scope and no managed resource has the UID its record names. An orphan
+// orphan when it is in scope (its record names this provider's cluster, or none) and no
+// managed resource has the UID its record names. An orphan
 // may be removed only under the Delete policy, after it was seen an orphan for the grace
 // period, when no managed resource of the same kind, namespace and name exists (its removal
 // would not free the name for a new object nobody asked for: it is left for a person to
@@ -120,7 +126,7 @@ func (d OrphanDecision) Status(deleted int32) *v1alpha1.HostOrphans {
 func DecideOrphans(f OrphanFacts) OrphanDecision {
 	d := OrphanDecision{Seen: map[string]time.Time{}}
 	for _, o := range f.Objects {
-		if o.Owner.UID == "" || f.Cluster.UIDs[o.Owner.UID] {
+		if o.Owner.UID == "" || f.Cluster.UIDs[o.Owner.UID] || (o.Owner.ClusterID != "" && o.Owner.ClusterID != f.ClusterID) {
 			continue
 		}
 		if f.Namespace != "" && o.Owner.Namespace != f.Namespace {

@@ -120,7 +120,7 @@ func TestOrphanSweepOnRealHost(t *testing.T) {
 	conns := host.NewConnections()
 	t.Cleanup(func() { _ = conns.Close() })
 	env.Run(t, 2*time.Second, config.Setup, func(m ctrl.Manager, o controller.Options) error {
-		return Setup(m, o, conns, nil, lv.NewShared(), imagecache.NewShared())
+		return Setup(m, o, conns, nil, lv.NewShared(), imagecache.NewShared(imagecache.InCluster(env.ClusterID)), env.ClusterID)
 	})
 	get := func() *v1alpha1.ProviderConfig {
 		c := &v1alpha1.ProviderConfig{}

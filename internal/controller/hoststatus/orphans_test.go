@@ -17,6 +17,12 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/ownership"
 )
 
+// elsewhere is o with a record that names management cluster id.
+func elsewhere(o Object, id string) Object {
+	o.Owner.ClusterID = id
+	return o
+}
+
 func TestDecideOrphans(t *testing.T) {
 	now := time.Unix(10000, 0)
 	goneDom := Object{Kind: KindDomain, Name: "team-a_web", ID: "d1", Owner: RecordOwner{Kind: v1alpha1.KVMDomainKind, UID: "gone-1", Namespace: "team-a", Name: "web"}}
@@ -53,6 +59,19 @@ func TestDecideOrphans(t *testing.T) {
 				Policy: v1alpha1.OrphansDelete, Grace: time.Hour, InUse: map[string]bool{}},
 			want: want{orphans: []string{"domain team-a_web", "volume default/team-a_s-22222222.seed.iso", "volume default/team-a_web-11111111.root.qcow2"},
 				del: []string{"domain team-a_web", "volume default/team-a_s-22222222.seed.iso", "volume default/team-a_web-11111111.root.qcow2"}},
+		},
+		"OtherClusters": {
+			reason: "objects whose record names another management cluster sharing the host are that cluster's: never orphans here; those of ours, or of none, are",
+			f: OrphanFacts{Objects: []Object{elsewhere(goneDom, "cluster-b"), elsewhere(goneVol, "cluster-a"), goneRec}, Cluster: cluster, ClusterID: "cluster-a",
+				Seen: long, Now: now, Policy: v1alpha1.OrphansDelete, Grace: time.Hour, InUse: map[string]bool{}},
+			want: want{orphans: []string{"volume default/team-a_s-22222222.seed.iso", "volume default/team-a_web-11111111.root.qcow2"},
+				del: []string{"volume default/team-a_s-22222222.seed.iso", "volume default/team-a_web-11111111.root.qcow2"}},
+		},
+		"NoClusterID": {
+			reason: "a provider without a cluster ID leaves every object whose record names a cluster",
+			f: OrphanFacts{Objects: []Object{elsewhere(goneDom, "cluster-b"), goneVol}, Cluster: cluster,
+				Seen: long, Now: now, Policy: v1alpha1.OrphansDelete, Grace: time.Hour, InUse: map[string]bool{}},
+			want: want{orphans: []string{"volume default/team-a_web-11111111.root.qcow2"}, del: []string{"volume default/team-a_web-11111111.root.qcow2"}},
 		},
 		"NotBeforeGrace": {
 			reason: "an orphan first seen now is not removed before the grace period",

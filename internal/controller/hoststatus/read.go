@@ -215,6 +215,7 @@ func ownedBy(metadata string) (RecordOwner, bool, error) {
 		UID       string   `xml:"uid"`
 		Namespace string   `xml:"namespace"`
 		Name      string   `xml:"name"`
+		ClusterID string   `xml:"clusterID"`
 	}
 	if err := xml.Unmarshal([]byte(metadata), &o); err != nil {
 		return RecordOwner{}, false, err
@@ -222,7 +223,7 @@ func ownedBy(metadata string) (RecordOwner, bool, error) {
 	if o.ManagedBy != domainxml.ManagedBy || o.UID == "" {
 		return RecordOwner{}, false, nil
 	}
-	return RecordOwner{Kind: v1alpha1.KVMDomainKind, UID: o.UID, Namespace: o.Namespace, Name: o.Name}, true, nil
+	return RecordOwner{Kind: v1alpha1.KVMDomainKind, UID: o.UID, Namespace: o.Namespace, Name: o.Name, ClusterID: o.ClusterID}, true, nil
 }
 
 // pool reads a pool and the sizes of our volumes in it that are not remembered; seen collects

@@ -95,7 +95,7 @@ func (m *Memo) Objects(ctx context.Context, h SweepHost, address string, r Readi
 				case !found, err != nil, rec.Volume != vol:
 					continue
 				}
-				o = RecordOwner{Kind: rec.Owner.Kind, UID: rec.Owner.UID, Namespace: rec.Owner.Namespace, Name: rec.Owner.Name}
+				o = RecordOwner{Kind: rec.Owner.Kind, UID: rec.Owner.UID, Namespace: rec.Owner.Namespace, Name: rec.Owner.Name, ClusterID: rec.Owner.ClusterID}
 				hm.records[k] = o
 			}
 			seen[k] = true
@@ -219,7 +219,7 @@ func (r *Reconciler) sweep(ctx context.Context, obj client.Object, spec *v1alpha
 	if policy == "" {
 		policy = v1alpha1.OrphansReport
 	}
-	f := OrphanFacts{Objects: objs, Cluster: cl, Namespace: obj.GetNamespace(), Seen: r.memo.seen(cfg),
+	f := OrphanFacts{Objects: objs, Cluster: cl, ClusterID: r.clusterID, Namespace: obj.GetNamespace(), Seen: r.memo.seen(cfg),
 		Now: r.memo.now(), Policy: policy, Grace: spec.OrphanGrace(), InUse: map[string]bool{}}
 	d := DecideOrphans(f)
 	if needsScan(d.Delete) {

@@ -112,7 +112,7 @@ func (e *external) spec(cr *v1alpha1.KVMDomain, in *inputs, uuid string) (string
 		Firmware:  string(p.Firmware),
 		RootDisk:  domainxml.Volume{Pool: t.pool, Name: t.overlay},
 		MAC:       mac(cr),
-		Owner: domainxml.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName(), ProviderConfig: e.source,
+		Owner: domainxml.Owner{UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName(), ProviderConfig: e.source, ClusterID: e.cluster,
 			BaseVolume: in.base.Status.AtProvider.VolumeName},
 	}
 	s.ConsoleLog = in.consoleLog

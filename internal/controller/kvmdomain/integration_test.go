@@ -28,7 +28,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/controller/baseimage"
 	"github.com/provider-kvm/provider-kvm/internal/controller/config"
 	"github.com/provider-kvm/provider-kvm/internal/controller/seedvolume"
-	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/domainevents"
 	"github.com/provider-kvm/provider-kvm/internal/host"
 	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
@@ -92,7 +91,7 @@ func TestKVMDomainBootsOnRealHost(t *testing.T) {
 	// A poll of an hour: whatever happens within the test is seen through libvirt's events,
 	// the watches on inputs and the short polls of resources that are not Ready or were just
 	// updated, never through the poll (the provider's default is a minute).
-	shared := setup.NewShared()
+	shared := env.Shared()
 	env.Run(t, time.Hour, config.Setup,
 		func(m ctrl.Manager, o controller.Options) error { return baseimage.Setup(m, o, conns, shared) },
 		func(m ctrl.Manager, o controller.Options) error { return seedvolume.Setup(m, o, conns, shared) },

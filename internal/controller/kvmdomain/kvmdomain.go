@@ -118,7 +118,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, even
 				kube: mgr.GetClient(), recorder: rec, shutdowns: shutdowns, probes: probes, defines: defines,
 				conn:    connection.NewForManager(mgr, conns, rec, shared.Libvirt),
 				records: ownership.NewRecords(), images: shared.Images, policies: policies, events: events,
-				tails: tails, consoleInPool: shared.ConsoleLogInPool,
+				tails: tails, consoleInPool: shared.ConsoleLogInPool, cluster: shared.ClusterID,
 			}
 		},
 	})
@@ -143,6 +143,8 @@ type connector struct {
 	// consoles in their pool, where the provider can read them (--console-log-in-pool).
 	tails         *consoleTails
 	consoleInPool bool
+	// cluster is the provider's --cluster-id, named in the ownership records.
+	cluster string
 }
 
 // Host is what the external client needs of a libvirt host; *libvirt.Client is one.
@@ -191,7 +193,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.KVMDomain) (manage
 		lv: s.Libvirt(), dial: s.DialContext,
 		records: c.records, images: c.images, host: s.Address(), importsAllowed: s.ImportsAllowed,
 		policies: c.policies, unschedulable: s.Unschedulable, allocation: s.Allocation, limits: s.Limits,
-		tails: c.tails, consoleInPool: c.consoleInPool,
+		tails: c.tails, consoleInPool: c.consoleInPool, cluster: c.cluster,
 	}, nil
 }
 
@@ -230,6 +232,9 @@ type external struct {
 	// pool (console.go).
 	tails         *consoleTails
 	consoleInPool bool
+	// cluster is the provider's --cluster-id, named in the ownership records of the domain
+	// and its overlay.
+	cluster string
 }
 
 // target is what a KVMDomain manages, all derived from the resource (never from the
@@ -244,7 +249,7 @@ func (e *external) target(cr *v1alpha1.KVMDomain) target {
 		domain:  names.Domain(cr.GetNamespace(), cr.GetName()),
 		overlay: names.Overlay(cr.GetNamespace(), cr.GetName(), string(cr.GetUID())),
 		pool:    cr.Spec.ForProvider.Pool,
-		owner:   ownership.Owner{Kind: v1alpha1.KVMDomainKind, UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName()},
+		owner:   ownership.Owner{Kind: v1alpha1.KVMDomainKind, UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName(), ClusterID: e.cluster},
 	}
 	if t.pool == "" {
 		t.pool = e.defaults.Pool

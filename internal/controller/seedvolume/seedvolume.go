@@ -94,6 +94,7 @@ func Setup(mgr ctrl.Manager, o controller.Options, conns *host.Connections, shar
 				conn:     connection.NewForManager(mgr, conns, rec, shared.Libvirt),
 				records:  ownership.NewRecords(),
 				checks:   newChecks(),
+				cluster:  shared.ClusterID,
 			}
 		},
 	})
@@ -117,6 +118,8 @@ type connector struct {
 	conn     *connection.Connector
 	records  *ownership.Records
 	checks   *checks
+	// cluster is the provider's --cluster-id, named in the ownership records.
+	cluster string
 }
 
 func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (managed.TypedExternalClient[*v1alpha1.SeedVolume], error) {
@@ -132,7 +135,7 @@ func (c *connector) Connect(ctx context.Context, cr *v1alpha1.SeedVolume) (manag
 	return &external{
 		kube: c.kube, recorder: c.recorder, defaults: s.Defaults, grant: s.Grant,
 		storage: s.Libvirt(),
-		records: c.records, checks: c.checks, host: s.Address(),
+		records: c.records, checks: c.checks, host: s.Address(), cluster: c.cluster,
 	}, nil
 }
 
@@ -146,6 +149,7 @@ type external struct {
 	records *ownership.Records
 	checks  *checks
 	host    string // the host's address, for the records' cache
+	cluster string // the provider's --cluster-id, named in the ownership records
 }
 
 // target is the volume a SeedVolume manages: its derived name, pool and owner.
@@ -163,7 +167,7 @@ func (e *external) target(cr *v1alpha1.SeedVolume) target {
 		name: names.SeedVolume(cr.GetNamespace(), cr.GetName(), string(cr.GetUID())),
 		ns:   cr.GetNamespace(), res: cr.GetName(), uid: string(cr.GetUID()),
 		pool:  cr.Spec.ForProvider.Pool,
-		owner: ownership.Owner{Kind: v1alpha1.SeedVolumeKind, UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName()},
+		owner: ownership.Owner{Kind: v1alpha1.SeedVolumeKind, UID: string(cr.GetUID()), Namespace: cr.GetNamespace(), Name: cr.GetName(), ClusterID: e.cluster},
 	}
 	switch {
 	case t.pool != "":

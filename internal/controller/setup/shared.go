@@ -28,6 +28,12 @@ type Shared struct {
 	// pool), where the provider reads their end for a guest that is not Ready (the
 	// --console-log-in-pool flag); else in libvirt's log directory.
 	ConsoleLogInPool bool
+
+	// ClusterID names the management cluster this provider serves (--cluster-id; "" for
+	// none). The ownership records of what it makes on a host name it, and its sweeps and
+	// counts leave the objects whose records name another cluster: two clusters may share a
+	// host. It must be set before the controllers are.
+	ClusterID string
 }
 
 // NewShared returns the state of one process, with the platform's settings pl (at most one;

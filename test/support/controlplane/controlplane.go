@@ -8,6 +8,8 @@ package controlplane
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -41,6 +43,8 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/internal/controller/setup"
 	"github.com/provider-kvm/provider-kvm/internal/fairness"
+	"github.com/provider-kvm/provider-kvm/internal/imagecache"
+	"github.com/provider-kvm/provider-kvm/internal/sourcepolicy"
 	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
@@ -53,6 +57,19 @@ type Env struct {
 	// fairness.Limiter of 50 reconciles per second).
 	Workers     int
 	RateLimiter ratelimiter.RateLimiter
+	// ClusterID is this control plane's cluster ID (the provider's --cluster-id), unique per
+	// Start: packages that run side by side on the test bed are clusters sharing its host, and
+	// leave each other's image owner records and orphans alone. Shared sets it.
+	ClusterID string
+}
+
+// Shared is the process state of the controllers Run starts (setup.NewShared with the
+// platform's settings pl), for this control plane's cluster.
+func (e *Env) Shared(pl ...sourcepolicy.Platform) *setup.Shared {
+	s := setup.NewShared(pl...)
+	s.ClusterID = e.ClusterID
+	s.Images = imagecache.NewShared(imagecache.InCluster(e.ClusterID))
+	return s
 }
 
 // RepoRoot is the repository's top directory.
@@ -99,7 +116,11 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Env{Config: cfg, Client: c, Scheme: s}
+	id := make([]byte, 6)
+	if _, err := rand.Read(id); err != nil {
+		t.Fatal(err)
+	}
+	return &Env{Config: cfg, Client: c, Scheme: s, ClusterID: "envtest-" + hex.EncodeToString(id)}
 }
 
 // Run starts a controller manager with the given controllers until the test ends. Managed
