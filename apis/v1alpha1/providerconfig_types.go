@@ -387,6 +387,7 @@ type HostLimits struct {
 // A ProviderConfigSpec describes one libvirt host and how to reach it.
 // +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || (has(self.host) && has(self.credentials))",message="transport SSH needs host and credentials"
 // +kubebuilder:validation:XValidation:rule="self.transport != 'SSH' || has(self.knownHosts) || self.insecureSkipHostKeyVerification",message="transport SSH needs knownHosts to pin the host key; set insecureSkipHostKeyVerification: true only if you accept any host key"
+// +kubebuilder:validation:XValidation:rule="!has(self.evacuate) || !self.evacuate || (has(self.unschedulable) && self.unschedulable)",message="evacuate needs unschedulable: true (cordon the host to evacuate it)"
 type ProviderConfigSpec struct {
 	// Transport is how the provider reaches libvirt: SSH (default) opens an SSH connection to
 	// host:port and forwards libvirt's RPC to libvirtSocket on the host; Unix dials
@@ -455,6 +456,14 @@ type ProviderConfigSpec struct {
 	// are still observed, updated and deleted. As Kubernetes' Node spec.unschedulable.
 	// +optional
 	Unschedulable bool `json:"unschedulable,omitempty"`
+
+	// Evacuate, on a cordoned ClusterProviderConfig, moves the Proxies placed on this host
+	// to other hosts: each replica placed here gets a new VM on another host, which takes over
+	// only once Ready (as an edit's does), and then its VM here is deleted. A replica pinned
+	// here by the Proxy's spec.host, or that no other host fits, stays and its Proxy's Placed
+	// condition says why. Managed resources not composed by the Proxy function are not moved.
+	// +optional
+	Evacuate bool `json:"evacuate,omitempty"`
 
 	// Orphans says what the host status controller does with orphans on this host: domains
 	// and volumes that carry the provider's ownership record but whose managed resource no

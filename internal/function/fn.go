@@ -172,6 +172,9 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if rw != nil && rw.selector != nil {
 		require(rsp, *rw)
 	}
+	if w.reason == ReasonEvacuationBlocked {
+		at[0].reason, at[0].blocked = w.reason, w.message
+	}
 	switch ok, reason, msg := placedMessage(at, w.message); {
 	case ok:
 		response.ConditionTrue(rsp, ConditionPlaced, w.reason).WithMessage(msg).TargetCompositeAndClaim()

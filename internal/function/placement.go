@@ -2,6 +2,7 @@ package function
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -66,11 +67,13 @@ const (
 	ReasonHostGiven  = "HostGiven"  // spec.host names the host
 	ReasonPlaced     = "Placed"     // the function chose the host (status.host), for good
 	ReasonNoHostFits = "NoHostFits" // no host matches, or none has room: nothing is composed
-	ReasonChoosing   = "Choosing"   // the hosts were asked for; Crossplane calls again with them
-	PhasePending     = "Pending"    // no host yet: nothing is composed
-	msgChoosing      = "choosing a host"
-	hostsAPIVersion  = "kvm.crossplane.io/v1alpha1"
-	statusHostField  = "status.host"
+	// ReasonEvacuationBlocked: the Proxy's host evacuates, but no other host fits: it stays.
+	ReasonEvacuationBlocked = "EvacuationBlocked"
+	ReasonChoosing          = "Choosing" // the hosts were asked for; Crossplane calls again with them
+	PhasePending            = "Pending"  // no host yet: nothing is composed
+	msgChoosing             = "choosing a host"
+	hostsAPIVersion         = "kvm.crossplane.io/v1alpha1"
+	statusHostField         = "status.host"
 )
 
 // where is the outcome of placement: the host, or why there is none yet.
@@ -92,20 +95,58 @@ type where struct {
 
 // locate decides the host of a Proxy. In order: spec.host when given (as before placement);
 // the host its composed resources already name, or failing that status.host (placement is
-// sticky: a Proxy never moves on its own, and a later change of capacity never moves it);
-// else the host placement chooses among the ClusterProviderConfigs Crossplane gave for the
+// sticky: a Proxy never moves on its own, and a later change of capacity never moves it),
+// unless that host evacuates (spec.evacuate: then placement chooses another, and the Proxy's
+// new generation there takes over once Ready; with none, it stays); else the host placement
+// chooses among the ClusterProviderConfigs Crossplane gave for the
 // requirement (asked for in this response when not given yet).
 func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed) (where, error) {
 
 	if spec.Host != "" {
 		return where{host: p.Host, reason: ReasonHostGiven, message: "spec.host names host " + p.Host}, nil
 	}
-	if h := composedHost(observed, 0); h != "" {
-		return where{host: h, reason: ReasonPlaced, message: "placed on host " + h}, nil
-	}
+	placed := composedHosts(observed, 0)
 	if h, _ := xr.GetString(statusHostField); h != "" {
-		return where{host: h, reason: ReasonPlaced, message: "placed on host " + h}, nil
+		placed = append(placed, h)
 	}
+	if len(placed) > 0 {
+		// A placed Proxy stays where it is, unless its host evacuates: the hosts are asked
+		// for on every call to tell.
+		sel, err := selector(spec.HostSelector, pol)
+		if err != nil {
+			return where{}, err
+		}
+		evac, err := evacuating(req)
+		if err != nil {
+			return where{}, err
+		}
+		h, left := stay(placed, evac)
+		if h != "" {
+			return where{host: h, reason: ReasonPlaced, message: "placed on host " + h, selector: sel, image: p.BaseImageName, ns: ns}, nil
+		}
+		w, err := place(req, spec, p, ns, pol)
+		switch {
+		case err != nil:
+			return w, err
+		case w.reason == ReasonChoosing:
+			// Crossplane calls again with what placement asks for; meanwhile it stays.
+			w.host = left
+			return w, nil
+		case w.host == "":
+			// Nowhere to go: it stays, serving, and says why.
+			w.host, w.reason = left, ReasonEvacuationBlocked
+			w.message = fmt.Sprintf("host %s is evacuating, but no other host fits: %s", left, w.message)
+			return w, nil
+		}
+		w.message = fmt.Sprintf("host %s is evacuating: moving to host %s (the VM there takes over once Ready). %s", left, w.host, w.message)
+		return w, nil
+	}
+	return place(req, spec, p, ns, pol)
+}
+
+// place chooses a host for the Proxy among the ClusterProviderConfigs Crossplane gave for the
+// requirement (asked for in this response when not given yet).
+func place(req *fnv1.RunFunctionRequest, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy) (where, error) {
 	hosts, w, err := candidates(req, spec, p, ns, pol)
 	if err != nil || w.reason == ReasonChoosing {
 		return w, err
@@ -230,12 +271,13 @@ func baseImageHost(imgs []resource.Required, ns string) string {
 	return ""
 }
 
-// composedHost is the ClusterProviderConfig the Proxy's composed resources name: where they
+// composedHosts are the ClusterProviderConfigs the Proxy's composed resources name, each
+// once, in the order of the resources' names (the legacy generation's first): where they
 // live, whatever status says (it is lost when the Proxy is restored from a backup without
-// status, say).
+// status, say). A replica has two while it moves to another host.
 //
 // Replica r (above 0) is read from its own resources only (domain-r<r>-*, seed-r<r>-*).
-func composedHost(observed map[resource.Name]resource.ObservedComposed, replica int) string {
+func composedHosts(observed map[resource.Name]resource.ObservedComposed, replica int) []string {
 	var names []resource.Name
 	if replica == 0 {
 		names = []resource.Name{ResourceDomain, ResourceSeed, ResourceBaseImage}
@@ -255,14 +297,52 @@ func composedHost(observed map[resource.Name]resource.ObservedComposed, replica 
 	for _, k := range keys {
 		names = append(names, resource.Name(k))
 	}
+	var hosts []string
 	for _, n := range names {
 		if o, ok := observed[n]; ok {
-			if h, _ := o.Resource.GetString("spec.providerConfigRef.name"); h != "" {
-				return h
+			if h, _ := o.Resource.GetString("spec.providerConfigRef.name"); h != "" && !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
 			}
 		}
 	}
-	return ""
+	return hosts
+}
+
+// evacuating are the hosts Crossplane gave for the hosts requirement that evacuate
+// (spec.evacuate on a cordoned host); nil while it has not given them.
+func evacuating(req *fnv1.RunFunctionRequest) (map[string]bool, error) {
+	got, ok, err := request.GetRequiredResource(req, RequirementHosts)
+	if err != nil {
+		return nil, errors.Wrap(err, "cannot read the hosts (ClusterProviderConfigs) Crossplane gave")
+	}
+	if !ok {
+		return nil, nil
+	}
+	out := map[string]bool{}
+	for _, r := range got {
+		h, err := candidate(r.Resource.Object)
+		if err != nil {
+			return nil, err
+		}
+		out[h.Name] = h.Evacuating
+	}
+	return out, nil
+}
+
+// stay is the host a placed replica stays on, of hosts (where its generations are, then the
+// one status recorded): the first that does not evacuate (evac; nil while the hosts are not
+// known, when the first is kept). left is the evacuating host it leaves when none is
+// found ("" when it had none): then it is placed anew.
+func stay(hosts []string, evac map[string]bool) (host, left string) {
+	for _, h := range hosts {
+		if !evac[h] {
+			return h, ""
+		}
+		if left == "" {
+			left = h
+		}
+	}
+	return "", left
 }
 
 // selector is the Proxy's hostSelector with the platform's: a host must have every label of

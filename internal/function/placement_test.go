@@ -16,6 +16,7 @@ import (
 // hostOpts shape a ClusterProviderConfig as the host status controller leaves it.
 type hostOpts struct {
 	unready, cordoned bool
+	evacuate          bool  // spec.evacuate (with cordoned)
 	cpus              int64 // 0: 8
 	memGiB            int64 // 0: 16
 	usedCPU, usedMiB  int64
@@ -39,6 +40,9 @@ func hostCPC(t *testing.T, name string, o hostOpts) map[string]any {
 		ready = "False"
 	}
 	spec := map[string]any{"unschedulable": o.cordoned}
+	if o.evacuate {
+		spec["evacuate"] = true
+	}
 	if o.allowed != nil {
 		spec["allowedNamespaces"] = o.allowed
 	}
@@ -367,11 +371,11 @@ spec:
 			want:   want{fatal: true},
 		},
 		"StickyFromStatus": {
-			reason: "A placed Proxy stays on its host even when it is now full and another has room; the hosts are not asked for.",
+			reason: "A placed Proxy stays on its host even when it is now full and another has room; the hosts are asked for only to tell whether its host evacuates.",
 			xr:     placedXR + "status: {host: a}\n",
 			hosts:  []map[string]any{hostCPC(t, "a", hostOpts{memGiB: 1, usedMiB: 1024}), hostCPC(t, "b", hostOpts{})},
 			want: want{host: "a", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "a"},
-				condition: "STATUS_CONDITION_TRUE/Placed: placed on host a"},
+				condition: "STATUS_CONDITION_TRUE/Placed: placed on host a", requirement: map[string]string{}},
 		},
 		"StickyFromComposed": {
 			reason: "With status lost, the host the composed KVMDomain names is kept.",
@@ -381,7 +385,60 @@ spec:
 			},
 			hosts: []map[string]any{hostCPC(t, "b", hostOpts{})},
 			want: want{host: "a", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "a"},
-				condition: "STATUS_CONDITION_TRUE/Placed: placed on host a"},
+				condition: "STATUS_CONDITION_TRUE/Placed: placed on host a", requirement: map[string]string{}},
+		},
+		"StickyCordoned": {
+			reason: "A cordon alone moves nothing: the Proxy stays on its cordoned host.",
+			xr:     placedXR + "status: {host: a}\n",
+			hosts:  []map[string]any{hostCPC(t, "a", hostOpts{cordoned: true}), hostCPC(t, "b", hostOpts{})},
+			want: want{host: "a", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "a"},
+				condition: "STATUS_CONDITION_TRUE/Placed: placed on host a", requirement: map[string]string{}},
+		},
+		"EvacuateMoves": {
+			reason: "A Proxy whose host evacuates is placed anew on another host (its new generation there takes over once Ready).",
+			xr:     placedXR + "status: {host: a}\n",
+			observed: map[string]string{
+				ResourceDomain: domainOn("a"),
+			},
+			hosts: []map[string]any{hostCPC(t, "a", hostOpts{cordoned: true, evacuate: true}), hostCPC(t, "b", hostOpts{})},
+			want: want{host: "b", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "b"},
+				condition:   "STATUS_CONDITION_TRUE/Placed: host a is evacuating: moving to host b (the VM there takes over once Ready). placed on host b: 23552 MiB of memory and 127 vCPUs left there once placed (of 2 hosts considered)",
+				requirement: map[string]string{}},
+		},
+		"EvacuateMidMove": {
+			reason: "While it moves, its generation on the host it moves to holds the placement: the choice does not flap as that host fills.",
+			xr:     placedXR + "status: {host: a}\n",
+			observed: map[string]string{
+				ResourceDomain:               domainOn("a"),
+				ResourceDomain + "-0a1b2c3d": domainOn("c"),
+			},
+			hosts: []map[string]any{hostCPC(t, "a", hostOpts{cordoned: true, evacuate: true}), hostCPC(t, "b", hostOpts{}), hostCPC(t, "c", hostOpts{memGiB: 2, usedMiB: 1024})},
+			want: want{host: "c", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "c"},
+				condition: "STATUS_CONDITION_TRUE/Placed: placed on host c", requirement: map[string]string{}},
+		},
+		"EvacuateBlocked": {
+			reason: "When no other host fits, the Proxy stays on its evacuating host, serving, and Placed says why.",
+			xr:     placedXR + "status: {host: a}\n",
+			observed: map[string]string{
+				ResourceDomain: domainOn("a"),
+			},
+			hosts: []map[string]any{hostCPC(t, "a", hostOpts{cordoned: true, evacuate: true}), hostCPC(t, "b", hostOpts{memGiB: 1, usedMiB: 512, memoryRatio: "1"})},
+			want: want{host: "a", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "a"},
+				condition:   "STATUS_CONDITION_FALSE/EvacuationBlocked: host a is evacuating, but no other host fits: no host fits: a: evacuating (spec.evacuate); b: needs 1024 MiB of memory, 512 MiB left",
+				requirement: map[string]string{}},
+		},
+		"EvacuateNotKnownYet": {
+			reason: "Before Crossplane gave the hosts, a placed Proxy stays where it is and asks for them.",
+			xr:     placedXR + "status: {host: a}\n",
+			want: want{host: "a", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "a"},
+				condition: "STATUS_CONDITION_TRUE/Placed: placed on host a", requirement: map[string]string{}},
+		},
+		"EvacuatePinned": {
+			reason: "spec.host pins the Proxy: an evacuating host does not move it.",
+			xr:     placedXR + "  host: a\n",
+			hosts:  []map[string]any{hostCPC(t, "a", hostOpts{cordoned: true, evacuate: true}), hostCPC(t, "b", hostOpts{})},
+			want: want{host: "a", composed: all, status: map[string]any{"phase": PhaseCreating, "host": "a"},
+				condition: "STATUS_CONDITION_TRUE/HostGiven: spec.host names host a"},
 		},
 		"ExplicitHost": {
 			reason: "spec.host is used as given: no placement, no requirement, even on a host that is cordoned or full (the provider refuses there).",

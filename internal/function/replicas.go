@@ -78,8 +78,11 @@ func readStatusGenerations(xr *composite.Unstructured) []statusGen {
 // replicaAt is where replica r is, or why it is not placed.
 type replicaAt struct {
 	host   string
-	reason string // ReasonNoHostFits or ReasonChoosing when host is ""
+	reason string // ReasonNoHostFits or ReasonChoosing when host is ""; ReasonEvacuationBlocked
 	why    string
+	// left is the evacuating host the replica leaves (placed anew); blocked, when no other
+	// host fits, says why it stays there.
+	left, blocked string
 }
 
 // antiAffinity is the platform's anti-affinity mode, Preferred by default.
@@ -110,7 +113,11 @@ func observedReplica(observed map[resource.Name]resource.ObservedComposed, r int
 // requirement to ask for (nil when none is needed).
 func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy,
 	observed map[resource.Name]resource.ObservedComposed, first string) ([]replicaAt, *where, error) {
-	at, need := placedReplicas(xr, observed, int(p.Replicas), first)
+	evac, err := evacuating(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	at, need := placedReplicas(xr, observed, int(p.Replicas), first, evac)
 	if len(need) == 0 {
 		return at, nil, nil
 	}
@@ -121,7 +128,8 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 	}
 	if w.reason == ReasonChoosing {
 		for _, r := range need {
-			at[r].reason, at[r].why = ReasonChoosing, msgChoosing
+			// A replica leaving an evacuating host stays there meanwhile.
+			at[r].host, at[r].reason, at[r].why = at[r].left, ReasonChoosing, msgChoosing
 		}
 		return at, &w, nil
 	}
@@ -151,6 +159,11 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 			if mode == placement.Strict {
 				at[r].why += " (the platform's anti-affinity is Strict: replicas never share a host)"
 			}
+			if at[r].left != "" {
+				// Nowhere to go: it stays, serving, and says why.
+				at[r].host, at[r].reason = at[r].left, ReasonEvacuationBlocked
+				at[r].blocked = fmt.Sprintf("host %s is evacuating, but no other host fits: %s", at[r].left, at[r].why)
+			}
 			continue
 		}
 		at[r].host = d.Host
@@ -160,10 +173,11 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 	return at, &w, nil
 }
 
-// placedReplicas are the n replicas' hosts as placed before (replica 0's is first): each
-// replica's composed resources', else the one status.generations recorded; need are the
-// replicas without one.
-func placedReplicas(xr *composite.Unstructured, observed map[resource.Name]resource.ObservedComposed, n int, first string) ([]replicaAt, []int) {
+// placedReplicas are the n replicas' hosts as placed before (replica 0's is first): of each
+// replica's composed resources' hosts, then the one status.generations recorded, the first
+// that does not evacuate (evac; nil: not known, the first is kept); need are the replicas
+// without one (left names the evacuating host of those that had one).
+func placedReplicas(xr *composite.Unstructured, observed map[resource.Name]resource.ObservedComposed, n int, first string, evac map[string]bool) ([]replicaAt, []int) {
 	at := make([]replicaAt, n)
 	at[0].host = first
 	recorded := map[int]string{}
@@ -174,12 +188,11 @@ func placedReplicas(xr *composite.Unstructured, observed map[resource.Name]resou
 	}
 	var need []int
 	for r := 1; r < n; r++ {
-		switch h := composedHost(observed, r); {
-		case h != "":
-			at[r].host = h
-		case recorded[r] != "":
-			at[r].host = recorded[r]
-		default:
+		hosts := composedHosts(observed, r)
+		if recorded[r] != "" {
+			hosts = append(hosts, recorded[r])
+		}
+		if at[r].host, at[r].left = stay(hosts, evac); at[r].host == "" {
 			need = append(need, r)
 		}
 	}
@@ -189,28 +202,37 @@ func placedReplicas(xr *composite.Unstructured, observed map[resource.Name]resou
 // placedMessage is the Placed condition of a Proxy whose replica 0 is placed (msg says
 // where): its status, reason and message once every replica is considered.
 func placedMessage(at []replicaAt, msg string) (bool, string, string) {
-	var unplaced []string
+	var unplaced, blocked []string
 	reason := ReasonPlaced
 	for r, a := range at {
-		if a.host != "" {
+		switch {
+		case a.host == "":
+			unplaced = append(unplaced, fmt.Sprintf("replica %d: %s", r, a.why))
+		case a.blocked != "":
+			blocked = append(blocked, fmt.Sprintf("replica %d: %s", r, a.blocked))
+		default:
 			continue
 		}
-		unplaced = append(unplaced, fmt.Sprintf("replica %d: %s", r, a.why))
 		if reason != ReasonNoHostFits {
 			reason = a.reason
 		}
 	}
-	if len(unplaced) == 0 {
-		if len(at) > 1 {
-			hosts := make([]string, len(at))
-			for r, a := range at {
-				hosts[r] = a.host
-			}
-			msg += fmt.Sprintf("; its %d replicas are on %s", len(at), strings.Join(hosts, ", "))
-		}
-		return true, "", msg
+	switch {
+	case len(unplaced) > 0:
+		return false, reason, fmt.Sprintf("%d of %d replicas placed; %s", len(at)-len(unplaced), len(at), strings.Join(append(unplaced, blocked...), "; "))
+	case len(blocked) > 0 && len(at) == 1:
+		return false, reason, at[0].blocked
+	case len(blocked) > 0:
+		return false, reason, fmt.Sprintf("%d of %d replicas stay on an evacuating host; %s", len(blocked), len(at), strings.Join(blocked, "; "))
 	}
-	return false, reason, fmt.Sprintf("%d of %d replicas placed; %s", len(at)-len(unplaced), len(at), strings.Join(unplaced, "; "))
+	if len(at) > 1 {
+		hosts := make([]string, len(at))
+		for r, a := range at {
+			hosts[r] = a.host
+		}
+		msg += fmt.Sprintf("; its %d replicas are on %s", len(at), strings.Join(hosts, ", "))
+	}
+	return true, "", msg
 }
 
 // servingReplica is the generation of replica r (above 0) that serves: the one

@@ -593,3 +593,58 @@ func TestReplicasRolloutFailsOnReplica1(t *testing.T) {
 		t.Errorf("UpToDate = %v, want ReplacementFailed", c)
 	}
 }
+
+// TestReplicasEvacuate: replica 1's host evacuates. With another host that fits, replica 1
+// gets a new generation there, composed beside the one it has on the evacuating host (which
+// serves until the new one is Ready); with none, it stays, and Placed says why.
+func TestReplicasEvacuate(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	two, twoStatus := settled(t, replicatedXR)
+	bothSt := statusOf{ResourceDomain: domainAt("192.168.122.50", true), ResourceSeed: inputReady,
+		"domain-r1-<id>": domainAt("192.168.122.51", true), "seed-r1-<id>": inputReady}
+	evacuating := hostOpts{cordoned: true, evacuate: true}
+	cases := map[string]struct {
+		reason  string
+		hosts   []map[string]any
+		domains []string
+		placed  string
+		message string
+	}{
+		"MovesToAnotherHost": {
+			reason:  "replica 1 is placed anew on host-c, apart from replica 0; its generation on host-b stays until the new one serves",
+			hosts:   []map[string]any{hostCPC(t, "host-a", hostOpts{}), hostCPC(t, "host-b", evacuating), hostCPC(t, "host-c", hostOpts{})},
+			domains: []string{"domain@host-a", "domain-r1-<id>@host-b", "domain-r1-<id>@host-c"},
+			placed:  "STATUS_CONDITION_TRUE/Placed",
+			message: "its 2 replicas are on host-a, host-c",
+		},
+		"NowhereToGo": {
+			reason:  "with no other host but replica 0's (Strict), replica 1 stays on host-b, serving",
+			hosts:   []map[string]any{hostCPC(t, "host-a", hostOpts{}), hostCPC(t, "host-b", evacuating)},
+			domains: []string{"domain@host-a", "domain-r1-<id>@host-b"},
+			placed:  "STATUS_CONDITION_FALSE/EvacuationBlocked",
+			message: "replica 1: host host-b is evacuating, but no other host fits",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := newRequest(t, xrWithStatus(t, replicatedXR, twoStatus), observe(t, two, bothSt))
+			req.Input = st(t, strictPolicy)
+			withHosts(t, req, tc.hosts...)
+			rsp := runAt(t, req, now)
+			sort.Strings(tc.domains)
+			if diff := cmp.Diff(tc.domains, domainHosts(desired(rsp))); diff != "" {
+				t.Errorf("%s\ncomposed domains (-want +got):\n%s", tc.reason, diff)
+			}
+			c := conditionOf(rsp, ConditionPlaced)
+			if c == nil {
+				t.Fatalf("%s\nno Placed condition", tc.reason)
+			}
+			if got := c.GetStatus().String() + "/" + c.GetReason(); got != tc.placed {
+				t.Errorf("%s\nPlaced = %s, want %s", tc.reason, got, tc.placed)
+			}
+			if !strings.Contains(c.GetMessage(), tc.message) {
+				t.Errorf("%s\nPlaced message %q does not say %q", tc.reason, c.GetMessage(), tc.message)
+			}
+		})
+	}
+}

@@ -36,7 +36,7 @@ type Ratios struct {
 // HostOf is a ClusterProviderConfig as placement sees it: its Ready condition, cordon,
 // allocation ratios, and the size and usage the provider's host status controller wrote.
 func HostOf(c *v1alpha1.ClusterProviderConfig) Host {
-	h := Host{Name: c.GetName(), Unschedulable: c.Spec.Unschedulable}
+	h := Host{Name: c.GetName(), Unschedulable: c.Spec.Unschedulable, Evacuating: c.Spec.Unschedulable && c.Spec.Evacuate}
 	h.Ready = c.GetCondition(xpv2.TypeReady).Status == corev1.ConditionTrue
 	h.Ratios, h.RatiosErr = RatiosOf(c.Spec.Allocation)
 	if s := c.Status.Host; s != nil {
@@ -110,6 +110,9 @@ type Host struct {
 	Ready bool
 	// Unschedulable is the config's spec.unschedulable: the host is cordoned.
 	Unschedulable bool
+	// Evacuating is the config's spec.evacuate (on a cordoned host): what was placed on it
+	// moves to other hosts.
+	Evacuating bool
 	// Size is the host's CPUs and memory, Used what the provider's domains hold there.
 	Size, Used Size
 	// Ratios are the host's allocation ratios; RatiosErr says why they are invalid.
@@ -150,6 +153,8 @@ func Place(hosts []Host, want Size) Decision {
 			why = h.Excluded
 		case !h.Ready:
 			why = "not Ready (the provider could not read it on its last poll)"
+		case h.Evacuating:
+			why = "evacuating (spec.evacuate)"
 		case h.Unschedulable:
 			why = "cordoned (spec.unschedulable)"
 		case h.RatiosErr != nil:

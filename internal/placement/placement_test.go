@@ -80,6 +80,12 @@ func TestPlace(t *testing.T) {
 			want:   small,
 			w:      want{host: "b", skipped: []Skip{{Host: "a", Reason: "cordoned (spec.unschedulable)"}}},
 		},
+		"Evacuating": {
+			reason: "An evacuating host is skipped, and says why.",
+			hosts:  []Host{func() Host { h := host("a", 8, 64, 0, 0); h.Unschedulable, h.Evacuating = true, true; return h }(), host("b", 4, 8, 0, 0)},
+			want:   small,
+			w:      want{host: "b", skipped: []Skip{{Host: "a", Reason: "evacuating (spec.evacuate)"}}},
+		},
 		"Unready": {
 			reason: "A host the provider could not read is skipped.",
 			hosts:  []Host{func() Host { h := host("a", 8, 64, 0, 0); h.Ready = false; return h }(), host("b", 4, 8, 0, 0)},

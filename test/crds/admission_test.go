@@ -198,6 +198,16 @@ spec:
   insecureSkipHostKeyVerification: true
   credentials: {secretRef: {namespace: crossplane-system, name: ssh, key: key}}
 `, "transport SSH needs host and credentials"},
+		"EvacuateWithoutCordon": {`
+apiVersion: kvm.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: bad}
+spec:
+  host: 10.0.0.5
+  insecureSkipHostKeyVerification: true
+  credentials: {secretRef: {namespace: crossplane-system, name: ssh, key: key}}
+  evacuate: true
+`, "evacuate needs unschedulable: true"},
 		"PortOutOfRange": {`
 apiVersion: kvm.crossplane.io/v1alpha1
 kind: ClusterProviderConfig
