@@ -26,7 +26,8 @@ const placementNS = "team-place"
 
 // TestPlacement (make e2e's bring-up, then `go test -tags e2e -run TestPlacement ./test/e2e/`):
 // two Proxies without spec.host, created at once, land on the host with the most memory left
-// (as the hosts' status tells it); once that host is cordoned a third lands on the other; a
+// (as the hosts' status tells it); once that host is cordoned a third lands on the other, and
+// once it evacuates the first two move there (new generations, the old ones deleted); a
 // Proxy whose memory fits nowhere composes nothing and says why (phase Pending, Placed=False
 // NoHostFits naming each host). Needs two hosts (E2E_HOSTS); the cordon is lifted at the end.
 func TestPlacement(t *testing.T) {
@@ -92,20 +93,21 @@ func TestPlacement(t *testing.T) {
 		}
 	}
 
-	cordon := func(on bool) error {
+	// cordon sets the first host's spec.unschedulable and spec.evacuate, as kubectl patch does.
+	cordon := func(on, evacuate bool) error {
 		c := &v1alpha1.ClusterProviderConfig{}
 		if err := e.c.Get(ctx, client.ObjectKey{Name: first}, c); err != nil {
 			return err
 		}
 		p := client.MergeFrom(c.DeepCopy())
-		c.Spec.Unschedulable = on
+		c.Spec.Unschedulable, c.Spec.Evacuate = on, evacuate
 		return e.c.Patch(ctx, c, p)
 	}
-	if err := cordon(true); err != nil {
+	if err := cordon(true, false); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := cordon(false); err != nil {
+		if err := cordon(false, false); err != nil {
 			t.Errorf("uncordon %s: %v", first, err)
 		}
 	})
@@ -120,6 +122,23 @@ func TestPlacement(t *testing.T) {
 		if err := e.waitPlaced(ctx, n, first); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// Evacuating the cordoned host moves p1 and p2 to the other: placement chooses again, and
+	// each gets a new generation there. Neither ever served (their image does not exist), so
+	// nothing gates the switch: the generation on the evacuating host goes at once.
+	t0 := time.Now()
+	if err := cordon(true, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"p1", "p2"} {
+		if err := e.waitEvacuated(ctx, n, first, other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logf("placement: %s evacuated: p1 and p2 moved to %s in %.1fs", first, other, time.Since(t0).Seconds())
+	if err := cordon(true, false); err != nil {
+		t.Fatal(err)
 	}
 
 	// A Proxy the platform's policy allows (4 GiB) that no host has room for: the first host is
@@ -208,6 +227,34 @@ func (e *env) waitPlaced(ctx context.Context, name, host string) error {
 		}
 		if ref := d.Spec.ProviderConfigReference; ref == nil || ref.Name != host {
 			return fmt.Errorf("KVMDomain %s is on %v, want %s", name, ref, host)
+		}
+		return nil
+	})
+}
+
+// waitEvacuated waits for Proxy name to have moved from host from to host to: its status.host
+// is to, the Placed condition True, and each of its KVMDomains (every generation's) on to.
+func (e *env) waitEvacuated(ctx context.Context, name, from, to string) error {
+	return waitFor(ctx, "Proxy "+name+" moved from "+from+" to "+to, 2*time.Second, 90*time.Second, func(ctx context.Context) error {
+		xr := newUnstructured(gvkProxy, placementNS, name)
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(xr), xr); err != nil {
+			return err
+		}
+		if got, _, _ := unstructured.NestedString(xr.Object, "status", "host"); got != to {
+			c := unstructuredCondition(xr, "Placed")
+			return fmt.Errorf("status.host = %q, want %q (Placed %s/%s: %s)", got, to, c.Status, c.Reason, c.Message)
+		}
+		ds := &v1alpha1.KVMDomainList{}
+		if err := e.c.List(ctx, ds, client.InNamespace(placementNS), client.MatchingLabels{"crossplane.io/composite": name}); err != nil {
+			return err
+		}
+		if len(ds.Items) == 0 {
+			return fmt.Errorf("Proxy %s composes no KVMDomain", name)
+		}
+		for _, d := range ds.Items {
+			if ref := d.Spec.ProviderConfigReference; ref == nil || ref.Name != to {
+				return fmt.Errorf("KVMDomain %s is on %v, want %s", d.Name, ref, to)
+			}
 		}
 		return nil
 	})
