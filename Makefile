@@ -39,7 +39,10 @@ E2E_DEPS := deps controlplane node-build tools xpkg image lan-up
 # -ldflags=-w: test binaries without DWARF, which only a debugger reads; linking some fifty of
 # them is a good part of a cold suite's compile time.
 GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m -ldflags=-w
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+# The version stamped into the binaries and the packages' image tags: the release tag on HEAD,
+# else v0.1.0, which the Configuration's dependency constraints (>=v0.1.0) accept; set it for
+# a release (make xpkg VERSION=v0.2.0).
+VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null || echo v0.1.0)
 LDFLAGS := -X github.com/provider-kvm/provider-kvm/internal/version.Version=$(VERSION)
 
 .PHONY: help

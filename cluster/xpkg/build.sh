@@ -11,7 +11,8 @@
 #
 # Environment:
 #   XPKG_OUTPUT_DIR  where the .xpkg files go (default _output/xpkg in the repository)
-#   VERSION          version stamped into the binaries and the image tags (default: git describe)
+#   VERSION          version stamped into the binaries and the image tags (default: the release
+#                    tag on HEAD, else v0.1.0, which the Configuration's constraints accept)
 #   CROSSPLANE_CLI   the crossplane CLI (default ${XDG_CACHE_HOME:-~/.cache}/provider-kvm/bin/crossplane,
 #                    built by cluster/crossplane/build.sh)
 #   PROVIDER_BIN, FUNCTION_BIN
@@ -24,7 +25,8 @@
 # cluster/xpkg/mkimage. `crossplane xpkg build` also lints each package. Every package is built
 # from a staging directory holding exactly the files that belong in it, because the CLI takes
 # every YAML file under --package-root (package/ holds the function's and the configuration's
-# folders too) and would pick up ./examples unless told otherwise.
+# folders too) and would pick up ./examples unless told otherwise; each package's examples are
+# staged the same way.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,7 +37,7 @@ cd "$ROOT"
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
 
-VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)}
+VERSION=${VERSION:-$(git describe --tags --exact-match 2>/dev/null || echo v0.1.0)}
 CLI=${CROSSPLANE_CLI:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm/bin/crossplane}
 CA_BUNDLE=${CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}
 LDFLAGS="-s -w -X github.com/provider-kvm/provider-kvm/internal/version.Version=$VERSION"
@@ -97,18 +99,32 @@ stage function function/crossplane.yaml "${fninput[@]}"
 stage configuration configuration/crossplane.yaml configuration/xrd.yaml configuration/xrd-legacy.yaml \
 	configuration/composition.yaml configuration/composition-legacy.yaml
 
-# xpkg NAME ROOT [IMAGE]: build $OUT/NAME.xpkg from ROOT, embedding IMAGE if given.
+# The examples users copy travel in the packages (an examples layer, shown by registries and
+# tools): the managed resources' and the host configs' with the provider, the Proxy's, the
+# application Pod's and the app team's RBAC with the configuration.
+examples() {
+	local dir=$WORK/examples-$1 d
+	shift
+	mkdir -p "$dir"
+	for d in "$@"; do cp -r "examples/$d" "$dir/$d"; done
+}
+examples provider provider baseimage seedvolume kvmdomain
+examples configuration proxy app rbac
+mkdir -p "$WORK/examples-function"
+
+# xpkg NAME ROOT EXAMPLES [IMAGE]: build $OUT/NAME.xpkg from ROOT with the examples in EXAMPLES,
+# embedding IMAGE if given.
 xpkg() {
-	local name=$1 root=$2 image=${3:-}
-	local args=(xpkg build --package-root="$root" --examples-root="$WORK/no-examples"
+	local name=$1 root=$2 examples=$3 image=${4:-}
+	local args=(xpkg build --package-root="$root" --examples-root="$examples"
 		--package-file="$OUT/$name.xpkg")
 	[[ -z $image ]] || args+=(--embed-runtime-image-tarball="$image")
 	rm -f "$OUT/$name.xpkg"
 	"$CLI" "${args[@]}"
 }
-xpkg provider-kvm "$WORK/provider" "$WORK/bin/provider-image.tar"
-xpkg function-kvm-proxy "$WORK/function/function" "$WORK/bin/function-image.tar"
-xpkg configuration-kvm-proxy "$WORK/configuration/configuration"
+xpkg provider-kvm "$WORK/provider" "$WORK/examples-provider" "$WORK/bin/provider-image.tar"
+xpkg function-kvm-proxy "$WORK/function/function" "$WORK/examples-function" "$WORK/bin/function-image.tar"
+xpkg configuration-kvm-proxy "$WORK/configuration/configuration" "$WORK/examples-configuration"
 
 for name in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
 	printf '%-50s %8s bytes\n' "$OUT/$name.xpkg" "$(stat -c %s "$OUT/$name.xpkg")"

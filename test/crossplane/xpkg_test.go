@@ -56,6 +56,8 @@ func TestXpkgBuild(t *testing.T) {
 		// files the runtime image must hold (path → content); nil: no runtime image
 		image map[string]string
 		entry string
+		// examples: the folders of examples/ the package's examples layer holds
+		examples []string
 	}{
 		{
 			name:    "provider-kvm",
@@ -64,7 +66,8 @@ func TestXpkgBuild(t *testing.T) {
 				"usr/local/bin/provider":            "#!/bin/sh\necho stand-in\n",
 				"etc/ssl/certs/ca-certificates.crt": "test CA bundle\n",
 			},
-			entry: "/usr/local/bin/provider",
+			entry:    "/usr/local/bin/provider",
+			examples: []string{"provider", "baseimage", "seedvolume", "kvmdomain"},
 		},
 		{
 			name:    "function-kvm-proxy",
@@ -73,7 +76,8 @@ func TestXpkgBuild(t *testing.T) {
 			entry:   "/usr/local/bin/function",
 		},
 		{
-			name: "configuration-kvm-proxy",
+			name:     "configuration-kvm-proxy",
+			examples: []string{"proxy", "app", "rbac"},
 			objects: []string{
 				"meta.pkg.crossplane.io/v1 Configuration configuration-kvm-proxy",
 				"apiextensions.crossplane.io/v2 CompositeResourceDefinition proxies.platform.kvm.crossplane.io",
@@ -95,15 +99,32 @@ func TestXpkgBuild(t *testing.T) {
 			if d := cmp.Diff(tc.objects, got, sortStrings); d != "" {
 				t.Errorf("objects in %s's package.yaml (-want +got):\n%s", tc.name, d)
 			}
-			checkRuntimeImage(t, pkg, tc.image, tc.entry)
+			examples := checkRuntimeImage(t, pkg, tc.image, tc.entry)
+			// The examples layer holds exactly the objects of the package's example folders.
+			var want []string
+			for _, d := range tc.examples {
+				for _, f := range mustGlob(t, filepath.Join(repoRoot, "examples", d, "*.yaml")) {
+					for _, o := range readObjects(t, f) {
+						want = append(want, o.GetAPIVersion()+" "+o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+					}
+				}
+			}
+			var shipped []string
+			for _, o := range decodeAll(t, []byte(examples)) {
+				shipped = append(shipped, o.GetAPIVersion()+" "+o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+			}
+			if d := cmp.Diff(want, shipped, sortStrings); d != "" {
+				t.Errorf("objects in %s's examples (-want +got):\n%s", tc.name, d)
+			}
 		})
 	}
 }
 
 // checkRuntimeImage reads an .xpkg (a docker-archive image tarball) and checks that its
-// layers below the package layer hold exactly files (no runtime layers when files is nil),
-// and the image config's entrypoint and user.
-func checkRuntimeImage(t *testing.T, pkg string, files map[string]string, entry string) {
+// layers below the package and examples layers hold exactly files (no runtime layers when
+// files is nil), and the image config's entrypoint and user. It returns the examples layer's
+// .up/examples.yaml.
+func checkRuntimeImage(t *testing.T, pkg string, files map[string]string, entry string) (examples string) {
 	t.Helper()
 	layers, cfg := readImageTarball(t, pkg)
 	got := map[string]string{}
@@ -124,6 +145,10 @@ func checkRuntimeImage(t *testing.T, pkg string, files map[string]string, entry 
 			if err != nil {
 				t.Fatal(err)
 			}
+			if h.Name == ".up/examples.yaml" {
+				examples = string(b)
+				continue
+			}
 			got[h.Name] = string(b)
 		}
 	}
@@ -135,7 +160,7 @@ func checkRuntimeImage(t *testing.T, pkg string, files map[string]string, entry 
 		t.Errorf("runtime files in %s (-want +got):\n%s", filepath.Base(pkg), d)
 	}
 	if files == nil {
-		return
+		return examples
 	}
 	if d := cmp.Diff([]string{entry}, cfg.Config.Entrypoint); d != "" {
 		t.Errorf("entrypoint (-want +got):\n%s", d)
@@ -143,6 +168,7 @@ func checkRuntimeImage(t *testing.T, pkg string, files map[string]string, entry 
 	if cfg.Config.User != "65532:65532" {
 		t.Errorf("image user is %q, want 65532:65532", cfg.Config.User)
 	}
+	return examples
 }
 
 // imageConfig is what the tests read of an image's config.
