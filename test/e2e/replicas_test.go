@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -26,7 +28,7 @@ import (
 // spec.host) to two replicas by setting spec.replicas: the second replica is placed apart on
 // other (the platform's anti-affinity), with its own BaseImage there, and both are Ready and
 // in the EndpointSlice (status 2/2, a 204 through each guest). It then scales the Proxy back
-// to 1 through the scale subresource, as `kubectl scale proxy/NAME --replicas=1` does: the
+// to 1 with `kubectl scale proxy/NAME --replicas=1` (the scale subresource), as a user does: the
 // second replica's KVMDomain, SeedVolume and BaseImage leave the API, its domain, overlay,
 // seed and NVRAM leave its host, and replica 0 serves on as before. One extra guest boot.
 func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other string) error {
@@ -112,27 +114,19 @@ func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other strin
 	}
 	r1Image := imageOf(r1, "")
 
-	// kubectl scale proxy/NAME --replicas=1: the scale subresource.
+	// The scale subresource, read and written with kubectl as a user does.
 	t1 := time.Now()
-	scale := &unstructured.Unstructured{}
-	scale.SetAPIVersion("autoscaling/v1")
-	scale.SetKind("Scale")
-	if err := e.c.SubResource("scale").Get(ctx, xr, scale); err != nil {
+	got, err := e.kubectl(ctx, "-n", pc.ns, "get", "proxy/"+pc.name, "--subresource=scale", "-o", "jsonpath={.spec.replicas}/{.status.replicas}")
+	if err != nil {
 		return fmt.Errorf("%s: cannot read the scale subresource: %w", pc.label(), err)
 	}
-	if n, _, _ := unstructured.NestedInt64(scale.Object, "spec", "replicas"); n != 2 {
-		return fmt.Errorf("%s: the scale subresource says spec.replicas %d, want 2", pc.label(), n)
+	if got != "2/2" {
+		return fmt.Errorf("%s: the scale subresource says spec.replicas/status.replicas %s, want 2/2", pc.label(), got)
 	}
-	if n, _, _ := unstructured.NestedInt64(scale.Object, "status", "replicas"); n != 2 {
-		return fmt.Errorf("%s: the scale subresource says status.replicas %d, want 2", pc.label(), n)
+	if _, err := e.kubectl(ctx, "-n", pc.ns, "scale", "proxy/"+pc.name, "--replicas=1"); err != nil {
+		return fmt.Errorf("%s: kubectl scale --replicas=1: %w", pc.label(), err)
 	}
-	if err := unstructured.SetNestedField(scale.Object, int64(1), "spec", "replicas"); err != nil {
-		return err
-	}
-	if err := e.c.SubResource("scale").Update(ctx, xr, client.WithSubResourceBody(scale)); err != nil {
-		return fmt.Errorf("%s: cannot scale to 1 through the scale subresource: %w", pc.label(), err)
-	}
-	logf("  %s: scaled to 1 through the scale subresource (kubectl scale)", pc.label())
+	logf("  %s: kubectl scale proxy/%s --replicas=1", pc.label(), pc.name)
 	if err := waitFor(ctx, pc.label()+"'s second replica to be gone", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
 		var left []string
 		for _, o := range []client.Object{&v1alpha1.KVMDomain{}, &v1alpha1.SeedVolume{}, &v1alpha1.BaseImage{}} {
@@ -175,6 +169,17 @@ func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other strin
 	e.tl.add("replicas "+pc.name, "scaled to 1 -> the second VM, its seed and image gone from its host", secs(time.Since(t1)))
 	logf("  %s: replica 1's domain, overlay, seed and NVRAM gone from %s; its KVMDomain, SeedVolume and BaseImage gone", pc.label(), other)
 	return e.checkEndpoint(ctx, pc.label(), pc.ns, pc.name+"-proxy", pc.object())
+}
+
+// kubectl runs kubectl as admin on the node's cluster (cluster/node/kubectl.sh) and returns
+// its output; an error carries what it printed.
+func (e *env) kubectl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(e.cfg.Repo, "cluster", "node", "kubectl.sh"), args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // replicaDomain is the one KVMDomain of replica r (above 0) of pc: <name>-r<r>-<generation>.
