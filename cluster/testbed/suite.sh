@@ -2,10 +2,10 @@
 # suite.sh -- the provider module's Go suite on the NAT test bed (make test-bed runs it inside
 # the bed's network namespace, holding /tmp/testbed.lock), in two phases:
 #
-#   1. every package that keeps to its own objects on the bed, BED_PARALLEL at a time (1 by
-#      default: see below), the longest first. These tests spend most of their time waiting on reconciles and guests
-#      (the machine is 20-30% busy while one runs alone), and each names what it creates on the
-#      host after its own namespace, UID or digest.
+#   1. every package that keeps to its own objects on the bed, BED_PARALLEL at a time (3 by
+#      default), the longest first. These tests spend most of their time waiting on reconciles
+#      and guests (the machine is 20-30% busy while one runs alone), and each names what it
+#      creates on the host after its own namespace, UID or digest.
 #   2. one at a time, the packages that cannot share the bed: they restart its libvirtd or sshd
 #      (domainevents, host, hoststatus), count every domain and volume on it (hoststatus,
 #      fairness), or hold time bounds measured on an otherwise quiet host (fairness). The fault
@@ -13,12 +13,11 @@
 #      cases count the pool's volumes); its fast subset (the kill points and the blackhole, on
 #      objects of namespaces "flt-...") keeps to its own objects and runs in phase 1.
 #
-# BED_PARALLEL=3 took the suite from about 31 to about 20 minutes, but is not the default: each
-# package runs its own API server, and a BaseImage deletion sweeps the pool of owner records
-# whose BaseImage its own API server does not know (decision 38), so one package's deletion can
-# remove another's records. A cold run lost the fault suite's blackhole case to it (its
-# working host's BaseImage went back to Creating). A pool per package, or records that name
-# their cluster, would let the packages share the bed.
+# Each package runs its own API server, so side by side they are clusters sharing one host: each
+# control plane has a cluster ID of its own (test/support/controlplane), which the ownership
+# records of what it makes name, and a package's sweeps leave the records of the others
+# (decision 72). Before that, one package's BaseImage deletion swept the others' image owner
+# records, and phase 1 ran one package at a time (decision 66).
 #
 # Both phases run even when the first fails; the exit status is the first phase's failure, or
 # the second's. GO_TEST_FLAGS as in the Makefile; its -p is overridden per phase.
@@ -54,8 +53,8 @@ exclusive=()
 for p in "${EXCLUSIVE[@]}"; do exclusive+=("$MOD/$p"); done
 
 rc=0
-echo "suite.sh: $(date -u +%T) phase 1: ${#first[@]} long and ${#rest[@]} other packages, ${BED_PARALLEL:-1} at a time"
-go test "${FLAGS[@]}" -p "${BED_PARALLEL:-1}" "${first[@]}" "${rest[@]}" || rc=$?
+echo "suite.sh: $(date -u +%T) phase 1: ${#first[@]} long and ${#rest[@]} other packages, ${BED_PARALLEL:-3} at a time"
+go test "${FLAGS[@]}" -p "${BED_PARALLEL:-3}" "${first[@]}" "${rest[@]}" || rc=$?
 echo "suite.sh: $(date -u +%T) phase 2: ${#exclusive[@]} packages that need the bed alone, one at a time"
 go test "${FLAGS[@]}" -p 1 "${exclusive[@]}" || { [[ $rc -ne 0 ]] || rc=$?; }
 echo "suite.sh: $(date -u +%T) done (exit $rc)"
