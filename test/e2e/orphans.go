@@ -179,13 +179,15 @@ func (e *env) dropFinalizersAndDelete(ctx context.Context, o client.Object) erro
 	if err := e.c.Get(ctx, key, o); err != nil {
 		return err
 	}
+	// A merge patch, as kubectl annotate sends: no conflict with the provider's own writes.
+	patch := client.MergeFrom(o.DeepCopyObject().(client.Object))
 	a := o.GetAnnotations()
 	if a == nil {
 		a = map[string]string{}
 	}
 	a[meta.AnnotationKeyReconciliationPaused] = "true"
 	o.SetAnnotations(a)
-	if err := e.c.Update(ctx, o); err != nil {
+	if err := e.c.Patch(ctx, o, patch); err != nil {
 		return fmt.Errorf("pausing %s: %w", key, err)
 	}
 	if err := e.c.Delete(ctx, o); err != nil && !kerrors.IsNotFound(err) {
@@ -198,8 +200,9 @@ func (e *env) dropFinalizersAndDelete(ctx context.Context, o client.Object) erro
 			return err
 		}
 		if len(o.GetFinalizers()) > 0 {
+			patch := client.MergeFrom(o.DeepCopyObject().(client.Object))
 			o.SetFinalizers(nil)
-			if err := e.c.Update(ctx, o); err != nil && !kerrors.IsNotFound(err) {
+			if err := e.c.Patch(ctx, o, patch); err != nil && !kerrors.IsNotFound(err) {
 				return err
 			}
 		}
