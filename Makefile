@@ -185,7 +185,7 @@ test: deps envtest-bins test-tools testbed-up image ## The README's test command
 # the command, so what a killed test leaves running (envtest's etcd and kube-apiserver) cannot
 # keep holding it. It starts from a clean bed (ctl.sh reset): a run cut earlier may have left
 # test processes, domains and volumes behind. cluster/testbed/suite.sh runs the packages that keep
-# to their own objects (BED_PARALLEL at a time, 1 by default), then those that need the bed alone.
+# to their own objects (BED_PARALLEL at a time, 3 by default), then those that need the bed alone.
 test-bed: deps envtest-bins test-tools testbed-up image ## The Go tests on the NAT test bed (netns kvmhost), then the tool modules' tests.
 	rm -f $(TB)/run/revived.log
 	CI="$${CI:-}" GO_TEST_FLAGS="$(GO_TEST_FLAGS)" flock -o /tmp/testbed.lock sh -c 'cluster/testbed/ctl.sh reset && exec cluster/testbed/run-in-netns.sh cluster/testbed/suite.sh' || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
