@@ -182,7 +182,8 @@ func (e *env) serve(t *testing.T, srv *imageServer, mods ...func(*Downloads)) {
 }
 
 func (e *env) owner(t *testing.T, name string) Owner {
-	o := Owner{UID: uniqueName("uid"), Namespace: "default", Name: name}
+	// Of this package's cluster, as Publish records it (bedClusterID).
+	o := Owner{UID: uniqueName("uid"), Namespace: "default", Name: name, ClusterID: bedClusterID}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
