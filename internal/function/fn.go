@@ -154,7 +154,13 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return errors.Wrap(err, "cannot get the desired composite resource")
 	}
 
-	w, err := locate(req, xr, spec, p, ns, pol, observed)
+	// Which hosts evacuate, read once for replica 0 and the others (nil before Crossplane gave
+	// the hosts).
+	evac, err := evacuating(req)
+	if err != nil {
+		return err
+	}
+	w, err := locate(req, xr, spec, p, ns, pol, observed, evac)
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)
 	}
@@ -165,7 +171,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return unplaced(rsp, dxr, w, n)
 	}
 	p.Host = w.host
-	at, rw, err := placeReplicas(req, xr, spec, p, ns, pol, observed, w.host)
+	at, rw, err := placeReplicas(req, xr, spec, p, ns, pol, observed, w.host, evac)
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)
 	}

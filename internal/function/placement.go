@@ -100,7 +100,7 @@ type where struct {
 // new generation there takes over once Ready; with none, it stays); else the host placement
 // chooses among the ClusterProviderConfigs Crossplane gave for the
 // requirement (asked for in this response when not given yet).
-func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed) (where, error) {
+func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed, evac map[string]bool) (where, error) {
 
 	if spec.Host != "" {
 		return where{host: p.Host, reason: ReasonHostGiven, message: "spec.host names host " + p.Host}, nil
@@ -113,10 +113,6 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 		// A placed Proxy stays where it is, unless its host evacuates: the hosts are asked
 		// for on every call to tell.
 		sel, err := selector(spec.HostSelector, pol)
-		if err != nil {
-			return where{}, err
-		}
-		evac, err := evacuating(req)
 		if err != nil {
 			return where{}, err
 		}
@@ -134,8 +130,7 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 			return w, nil
 		case w.host == "":
 			// Nowhere to go: it stays, serving, and says why.
-			w.host, w.reason = left, ReasonEvacuationBlocked
-			w.message = fmt.Sprintf("host %s is evacuating, but no other host fits: %s", left, w.message)
+			w.host, w.reason, w.message = left, ReasonEvacuationBlocked, evacuationBlocked(left, w.message)
 			return w, nil
 		}
 		w.message = fmt.Sprintf("host %s is evacuating: moving to host %s (the VM there takes over once Ready). %s", left, w.host, w.message)
@@ -327,6 +322,12 @@ func evacuating(req *fnv1.RunFunctionRequest) (map[string]bool, error) {
 		out[h.Name] = h.Evacuating
 	}
 	return out, nil
+}
+
+// evacuationBlocked says why a replica stays on its evacuating host left: why no other host
+// fits.
+func evacuationBlocked(left, why string) string {
+	return fmt.Sprintf("host %s is evacuating, but no other host fits: %s", left, why)
 }
 
 // stay is the host a placed replica stays on, of hosts (where its generations are, then the

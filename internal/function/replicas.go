@@ -112,11 +112,7 @@ func observedReplica(observed map[resource.Name]resource.ObservedComposed, r int
 // others are placed among the hosts the platform (and the shared BaseImage) allow. When placement needs the hosts, w is the
 // requirement to ask for (nil when none is needed).
 func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy,
-	observed map[resource.Name]resource.ObservedComposed, first string) ([]replicaAt, *where, error) {
-	evac, err := evacuating(req)
-	if err != nil {
-		return nil, nil, err
-	}
+	observed map[resource.Name]resource.ObservedComposed, first string, evac map[string]bool) ([]replicaAt, *where, error) {
 	at, need := placedReplicas(xr, observed, int(p.Replicas), first, evac)
 	if len(need) == 0 {
 		return at, nil, nil
@@ -162,7 +158,7 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 			if at[r].left != "" {
 				// Nowhere to go: it stays, serving, and says why.
 				at[r].host, at[r].reason = at[r].left, ReasonEvacuationBlocked
-				at[r].blocked = fmt.Sprintf("host %s is evacuating, but no other host fits: %s", at[r].left, at[r].why)
+				at[r].blocked = evacuationBlocked(at[r].left, at[r].why)
 			}
 			continue
 		}
