@@ -58,6 +58,7 @@ func main() {
 		maxReconcileRate = app.Flag("max-reconcile-rate", "The global maximum rate per second of reconciles, and the number of concurrent reconciles per controller.").Default("10").Int()
 		metricsAddr      = app.Flag("metrics-bind-address", "Address the Prometheus metrics endpoint binds to; 0 disables it.").Default(":8080").String()
 		healthAddr       = app.Flag("health-probe-bind-address", "Address /healthz and /readyz bind to (liveness: the process answers; readiness: its caches are synced); 0 disables them.").Default(":8081").String()
+		pprofAddr        = app.Flag("pprof-bind-address", "Address Go's pprof profiles (/debug/pprof/) bind to, e.g. 127.0.0.1:6060; 0 (the default) disables them. Profiles name no secret, but bind them to loopback or a port-forward only.").Default("0").String()
 
 		namespacedSources = app.Flag("namespaced-image-sources", "YAML file of an imageSources policy (as in a ClusterProviderConfig's spec.imageSources) that every namespaced ProviderConfig's imageSources only narrow; its allow rules may lift the denial of private ranges for namespaced configs. Empty: namespaced configs may download from public addresses only.").Default("").String()
 		requireSHA256     = app.Flag("require-image-sha256", "Refuse every BaseImage that does not pin spec.forProvider.source.sha256.").Default("false").Bool()
@@ -96,6 +97,7 @@ func main() {
 		Client:                 setup.ClientOptions(),
 		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress: *healthAddr,
+		PprofBindAddress:       *pprofAddr,
 
 		// Leases only, with long durations: renewals under heavy reconcile load have been
 		// observed to miss the default 10 s deadline.

@@ -243,5 +243,5 @@ func (s *suite) blackhole(t *testing.T) {
 	stop := s.remove(t, all)
 	defer stop()
 	wait(t, recoverBound, "every resource gone after its deletion", func() error { return s.notGone(all) })
-	p.stop()
+	p.Stop()
 }

@@ -84,7 +84,7 @@ var disruptCases = []disruptCase{
 
 func (s *suite) disruptCases(t *testing.T) {
 	p := s.startProvider(t, "Disrupt", "")
-	defer p.stop()
+	defer p.Stop()
 	for _, dc := range disruptCases {
 		t.Run(dc.name, func(t *testing.T) {
 			ns := dc.namespace()
@@ -137,8 +137,8 @@ func (s *suite) twoProviders(t *testing.T) {
 	stop := s.remove(t, mrs)
 	defer stop()
 	wait(t, recoverBound, "every resource gone after its deletion with two providers", func() error { return s.notGone(mrs) })
-	p1.stop()
-	p2.stop()
+	p1.Stop()
+	p2.Stop()
 }
 
 // rotateKey puts the private key of file into the default host's SSH Secret.

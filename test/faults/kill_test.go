@@ -102,7 +102,7 @@ func (s *suite) killCreate(t *testing.T, point string, mrs []resource.Managed) t
 	stop := s.remove(t, mrs)
 	defer stop()
 	wait(t, recoverBound, "every resource gone after its deletion", func() error { return s.notGone(mrs) })
-	p.stop()
+	p.Stop()
 	return rec
 }
 
@@ -111,7 +111,7 @@ func (s *suite) killDelete(t *testing.T, point string, mrs []resource.Managed) t
 	s.create(t, mrs)
 	p := s.startProvider(t, name+"-setup", "")
 	wait(t, recoverBound, "every resource Ready before the deletion", func() error { return s.notReady(mrs) })
-	p.stop()
+	p.Stop()
 	p = s.startProvider(t, name+"-killed", point)
 	stop := s.remove(t, mrs)
 	defer stop()
@@ -121,6 +121,6 @@ func (s *suite) killDelete(t *testing.T, point string, mrs []resource.Managed) t
 	s.wipeStatus(t, mrs)
 	p = s.startProvider(t, name+"-restarted", "")
 	rec := wait(t, recoverBound, "every resource gone after the restart", func() error { return s.notGone(mrs) })
-	p.stop()
+	p.Stop()
 	return rec
 }

@@ -70,7 +70,7 @@ const (
 // resumes the guest, says so in an event, and the guest finishes its writes and runs on.
 func (s *suite) pausedGuest(t *testing.T) {
 	p := s.startProvider(t, "PausedGuest", "")
-	defer p.stop()
+	defer p.Stop()
 	pool := s.smallPoolConfig(t, pausedConfig, pausedPoolSize, pausedMinFreeMiB)
 	ctx := context.Background()
 

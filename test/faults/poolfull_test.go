@@ -42,7 +42,7 @@ const (
 // deleted (space freed), the second is published.
 func (s *suite) poolFull(t *testing.T) {
 	p := s.startProvider(t, "PoolFull", "")
-	defer p.stop()
+	defer p.Stop()
 	pool := s.smallPoolConfig(t, poolFullConfig, 6<<20, 1)
 	ctx := context.Background()
 

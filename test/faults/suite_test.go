@@ -26,6 +26,7 @@ import (
 
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
+	"github.com/provider-kvm/provider-kvm/test/support/providerproc"
 	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
@@ -134,7 +135,7 @@ func TestFaults(t *testing.T) {
 	dir := t.TempDir()
 	s.bin = buildProvider(t, dir)
 	s.kubeconfig = filepath.Join(dir, "kubeconfig")
-	writeKubeconfig(t, env.Config, s.kubeconfig)
+	providerproc.WriteKubeconfig(t, env.Config, s.kubeconfig)
 
 	s.sent = map[string]int64{}
 	s.images = httptest.NewServer(http.HandlerFunc(s.serveImage))

@@ -1,0 +1,257 @@
+package scale
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/provider-kvm/provider-kvm/internal/metrics"
+)
+
+// scanOps are the libvirt calls that read a whole host or pool: the host status makes them once
+// per host per poll; a per-resource use of one would grow with the resources squared.
+var scanOps = map[string]bool{
+	"ConnectListAllDomains":      true,
+	"ConnectGetAllDomainStats":   true,
+	"StoragePoolListAllVolumes":  true,
+	"ConnectListAllStoragePools": true,
+}
+
+// kinds are the managed resource kinds measured, by the lower-case name in their controller's.
+var kinds = []string{"KVMDomain", "SeedVolume", "BaseImage"}
+
+// meter reads one provider process's metrics endpoint and its SSH connections.
+type meter struct {
+	url     string
+	pid     int
+	sshPort int
+}
+
+// sample is what one scrape and one ss found.
+type sample struct {
+	at       time.Time
+	rss      float64 // bytes
+	heap     float64 // bytes in use
+	gor      float64
+	cpu      float64            // seconds
+	calls    map[string]float64 // by kind
+	scans    float64            // calls of scanOps
+	opens    float64            // libvirt connections opened
+	api      float64            // API server requests
+	apiBy    map[string]float64 // by method
+	recs     map[string]float64 // reconciles by kind
+	buckets  map[float64]float64
+	recCount float64
+	ssh      int
+}
+
+// figures are a steady window's.
+type figures struct {
+	minutes                 float64
+	rssMiB, heapMiB         float64
+	goroutines              float64
+	cpuPerMin               float64
+	callsPerMin, scansTotal float64
+	newConns                float64
+	sshMax                  int
+	apiPerMin, recsPerMin   float64
+	p50, p99                time.Duration
+	callsPerRec             map[string]float64 // libvirt calls per reconcile, by kind
+	apiPerMinBy             map[string]float64 // API server requests per minute, by method
+}
+
+func (f figures) brief() string {
+	return fmt.Sprintf("RSS %.0f MiB, heap %.0f MiB, CPU %.1f s/min, libvirt calls %.0f/min, scans %.0f, new conns %.0f, ssh %d, API %.0f/min, reconciles %.0f/min, p50 %s, p99 %s",
+		f.rssMiB, f.heapMiB, f.cpuPerMin, f.callsPerMin, f.scansTotal, f.newConns, f.sshMax, f.apiPerMin, f.recsPerMin, ms(f.p50), ms(f.p99))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond)) }
+
+// window measures d: a sample before, during (every 10 s, for the SSH connections), and after;
+// during, if set, runs right after the first sample.
+func (m *meter) window(t *testing.T, d time.Duration, during func()) figures {
+	t.Helper()
+	first := m.sample(t)
+	if during != nil {
+		during()
+	}
+	sshMax := first.ssh
+	end := first.at.Add(d)
+	for time.Now().Before(end) {
+		time.Sleep(min(10*time.Second, time.Until(end)))
+		if n := m.ssh(t); n > sshMax {
+			sshMax = n
+		}
+	}
+	last := m.sample(t)
+	f := between(first, last)
+	f.sshMax = max(sshMax, last.ssh)
+	return f
+}
+
+// between is the figures of the window from a to b.
+func between(a, b sample) figures {
+	mins := b.at.Sub(a.at).Minutes()
+	f := figures{minutes: mins, rssMiB: b.rss / (1 << 20), heapMiB: b.heap / (1 << 20), goroutines: b.gor,
+		cpuPerMin: (b.cpu - a.cpu) / mins, scansTotal: b.scans - a.scans, newConns: b.opens - a.opens,
+		apiPerMin: (b.api - a.api) / mins, callsPerRec: map[string]float64{}, apiPerMinBy: map[string]float64{}}
+	for k, v := range b.apiBy {
+		if d := v - a.apiBy[k]; d > 0 {
+			f.apiPerMinBy[k] = d / mins
+		}
+	}
+	var calls, recs float64
+	for k, v := range b.calls {
+		calls += v - a.calls[k]
+	}
+	for _, k := range kinds {
+		r := b.recs[k] - a.recs[k]
+		recs += r
+		if r > 0 {
+			f.callsPerRec[k] = (b.calls[k] - a.calls[k]) / r
+		}
+	}
+	f.callsPerMin, f.recsPerMin = calls/mins, recs/mins
+	delta := map[float64]float64{}
+	for le, c := range b.buckets {
+		delta[le] = c - a.buckets[le]
+	}
+	count := b.recCount - a.recCount
+	f.p50, f.p99 = quantile(delta, count, 0.5), quantile(delta, count, 0.99)
+	return f
+}
+
+// quantile is q of a cumulative histogram (upper bound -> count) holding count observations,
+// interpolated linearly within its bucket as Prometheus' histogram_quantile does.
+func quantile(buckets map[float64]float64, count, q float64) time.Duration {
+	if count <= 0 {
+		return 0
+	}
+	les := make([]float64, 0, len(buckets))
+	for le := range buckets {
+		les = append(les, le)
+	}
+	sort.Float64s(les)
+	rank := q * count
+	lower, below := 0.0, 0.0
+	for _, le := range les {
+		c := buckets[le]
+		if c >= rank {
+			if math.IsInf(le, 1) {
+				return time.Duration(lower * float64(time.Second))
+			}
+			frac := 1.0
+			if c > below {
+				frac = (rank - below) / (c - below)
+			}
+			return time.Duration((lower + (le-lower)*frac) * float64(time.Second))
+		}
+		lower, below = le, c
+	}
+	return time.Duration(lower * float64(time.Second))
+}
+
+// sample scrapes the metrics endpoint and counts the SSH connections.
+func (m *meter) sample(t *testing.T) sample {
+	t.Helper()
+	resp, err := http.Get(m.url) //nolint:noctx // loopback, the test's own process
+	if err != nil {
+		t.Fatalf("reading the provider's metrics: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing the provider's metrics: %v", err)
+	}
+	s := sample{at: time.Now(), calls: map[string]float64{}, recs: map[string]float64{}, apiBy: map[string]float64{}, buckets: map[float64]float64{}, ssh: m.ssh(t)}
+	for name, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			switch name {
+			case "process_resident_memory_bytes":
+				s.rss = mt.GetGauge().GetValue()
+			case "go_memstats_heap_inuse_bytes":
+				s.heap = mt.GetGauge().GetValue()
+			case "go_goroutines":
+				s.gor = mt.GetGauge().GetValue()
+			case "process_cpu_seconds_total":
+				s.cpu = mt.GetCounter().GetValue()
+			case metrics.CallsName:
+				v := mt.GetCounter().GetValue()
+				s.calls[label(mt, "kind")] += v
+				if scanOps[label(mt, "op")] {
+					s.scans += v
+				}
+			case metrics.ConnectionsName:
+				s.opens += mt.GetCounter().GetValue()
+			case "rest_client_requests_total":
+				s.api += mt.GetCounter().GetValue()
+				s.apiBy[label(mt, "method")] += mt.GetCounter().GetValue()
+			case "controller_runtime_reconcile_total":
+				if k := kindOf(label(mt, "controller")); k != "" {
+					s.recs[k] += mt.GetCounter().GetValue()
+				}
+			case "controller_runtime_reconcile_time_seconds":
+				if kindOf(label(mt, "controller")) == "" {
+					continue
+				}
+				h := mt.GetHistogram()
+				s.recCount += float64(h.GetSampleCount())
+				for _, b := range h.GetBucket() {
+					s.buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+				}
+				s.buckets[math.Inf(1)] += float64(h.GetSampleCount())
+			}
+		}
+	}
+	return s
+}
+
+// kindOf is the managed resource kind of a controller's name (crossplane-runtime names them
+// managed/<kind>.<group>), or "" for the provider's other controllers.
+func kindOf(controller string) string {
+	if !strings.HasPrefix(controller, "managed/") {
+		return ""
+	}
+	for _, k := range kinds {
+		if strings.HasPrefix(strings.TrimPrefix(controller, "managed/"), strings.ToLower(k)+".") {
+			return k
+		}
+	}
+	return ""
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// ssh counts the provider's established TCP connections to the host's sshd, as ss shows them.
+func (m *meter) ssh(t *testing.T) int {
+	t.Helper()
+	out, err := exec.Command("ss", "-Htnp", "state", "established", "( dport = :"+strconv.Itoa(m.sshPort)+" )").Output()
+	if err != nil {
+		t.Fatalf("ss: %v", err)
+	}
+	n := 0
+	for l := range strings.SplitSeq(string(out), "\n") {
+		if strings.Contains(l, "pid="+strconv.Itoa(m.pid)+",") {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,111 @@
+package scale
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
+)
+
+// row is one line of the table.
+type row struct {
+	step    string
+	domains int
+	ready   time.Duration
+	fig     figures
+}
+
+// maxCallsPerReconcile are the libvirt calls a steady reconcile of each kind may make, from
+// docs/architecture.md's "Observe cost per poll" (a shut-off KVMDomain: state, persistent
+// XML, autostart).
+var maxCallsPerReconcile = map[string]float64{"KVMDomain": 3, "SeedVolume": 2, "BaseImage": 3}
+
+// check asserts what does not depend on the machine's speed: one SSH connection to the host, no
+// new libvirt connection in a steady window, each kind's calls per reconcile within the
+// architecture page's table, and whole-host or whole-pool scans bounded by the host status's
+// polls, not by the resources.
+func check(t *testing.T, f figures, n int, s settings) {
+	t.Helper()
+	if f.sshMax != 1 {
+		t.Errorf("with %d KVMDomains: the provider held %d SSH connections to the host, want 1", n, f.sshMax)
+	}
+	if f.newConns != 0 {
+		t.Errorf("with %d KVMDomains: %.0f libvirt connections opened in a steady window, want 0", n, f.newConns)
+	}
+	for _, k := range kinds {
+		got, ok := f.callsPerRec[k]
+		if !ok {
+			t.Errorf("with %d KVMDomains: no %s was reconciled in the %s window: nothing was measured", n, k, s.window)
+			continue
+		}
+		if got > maxCallsPerReconcile[k] {
+			t.Errorf("with %d KVMDomains: %.2f libvirt calls per %s reconcile, the architecture page says at most %.0f", n, got, k, maxCallsPerReconcile[k])
+		}
+	}
+	poll, err := time.ParseDuration(s.poll)
+	if err != nil {
+		t.Fatalf("the short run's poll %q: %v", s.poll, err)
+	}
+	// The host status reads the host once per poll: at most four scans a read, one host.
+	bound := 4 * (math.Ceil(f.minutes*float64(time.Minute)/float64(poll)) + 2)
+	if f.scansTotal > bound {
+		t.Errorf("with %d KVMDomains: %.0f whole-host or whole-pool scans in %.1f min, want at most %.0f (4 per host status read): something scans per resource",
+			n, f.scansTotal, f.minutes, bound)
+	}
+}
+
+// report prints the table and writes it to SCALE_OUT, or _output/scale/results.txt.
+func report(t *testing.T, s settings, rows []row, machine string) {
+	t.Helper()
+	var b strings.Builder
+	poll := s.poll
+	if poll == "" {
+		poll = "1m (default)"
+	}
+	fmt.Fprintf(&b, "provider-kvm scale bench: KVMDomains defined and shut off, each with its SeedVolume, over %d namespaces sharing one BaseImage's host image.\n", namespaces)
+	fmt.Fprintf(&b, "One provider process, default flags (--max-reconcile-rate 10) but --poll %s; steady figures over %s; machine: %s.\n", poll, s.window, machine)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "step\tall Ready after\tRSS MiB\theap MiB\tgoroutines\tCPU s/min\tlibvirt calls/min\tscans\tnew conns\tSSH conns\treconciles/min\tp50\tp99\tAPI req/min\t")
+	for _, r := range rows {
+		ready := "-"
+		if r.ready > 0 {
+			ready = r.ready.Round(time.Second).String()
+		}
+		f := r.fig
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%d\t%.0f\t%s\t%s\t%.0f\t\n",
+			r.step, ready, f.rssMiB, f.heapMiB, f.goroutines, f.cpuPerMin, f.callsPerMin, f.scansTotal, f.newConns, f.sshMax, f.recsPerMin, ms(f.p50), ms(f.p99), f.apiPerMin)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(&b, "libvirt calls per reconcile, by kind:")
+	for _, r := range rows {
+		var parts []string
+		for _, k := range kinds {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, r.fig.callsPerRec[k]))
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", r.step, strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(&b, "API server requests per minute, by method:")
+	for _, r := range rows {
+		var parts []string
+		for _, m := range slices.Sorted(maps.Keys(r.fig.apiPerMinBy)) {
+			parts = append(parts, fmt.Sprintf("%s %.0f", m, r.fig.apiPerMinBy[m]))
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", r.step, strings.Join(parts, ", "))
+	}
+	fmt.Print("\n" + b.String())
+	out := s.outFile
+	if out == "" {
+		out = filepath.Join(controlplane.RepoRoot(), "_output", "scale", "results.txt")
+	}
+	if err := os.WriteFile(out, []byte(b.String()), 0o600); err != nil {
+		t.Errorf("writing the table: %v", err)
+	}
+}
