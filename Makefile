@@ -239,6 +239,13 @@ bench-observe: deps controlplane testbed-up ## Calls and new libvirt connections
 		go test -tags bench -count=1 -timeout 60m -run '^TestObserveCost$$' ./test/bench/
 	@cat _output/bench-observe.txt
 
+.PHONY: bench-scale
+bench-scale: deps controlplane testbed-up ## Scale: 50, 250, 500, 1,000 shut-off KVMDomains and their seeds on one host; RSS, heap, CPU, calls, SSH, p99, API (~60 min; docs/performance.md).
+	@mkdir -p _output/scale
+	SCALE_STEPS="$${SCALE_STEPS:-50,250,500,1000}" SCALE_OUT="$(CURDIR)/_output/scale/bench-scale.txt" CI="$${CI:-}" flock -o /tmp/testbed.lock \
+		cluster/testbed/run-in-netns.sh go test -count=1 -v -timeout 170m -run '^TestScale$$' ./test/scale/
+	@cat _output/scale/bench-scale.txt
+
 # The fault suite (test/faults, docs/testing.md): the provider as a real process, built
 # with -tags faults, SIGKILLed between the steps of creating and deleting each kind and
 # restarted with empty status; a host blackholed for two minutes while another keeps working.

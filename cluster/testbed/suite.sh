@@ -8,7 +8,9 @@
 #      creates on the host after its own namespace, UID or digest.
 #   2. one at a time, the packages that cannot share the bed: they restart its libvirtd or sshd
 #      (domainevents, host, hoststatus), count every domain and volume on it (hoststatus,
-#      fairness), or hold time bounds measured on an otherwise quiet host (fairness). The fault
+#      fairness), commit the host's room to themselves (scale: 50 defined domains, which other
+#      packages' room checks would count), or hold time bounds measured on an otherwise quiet
+#      host (fairness). The fault
 #      suite joins them with FAULTS_FULL (its Disrupt cases restart the daemons, its PoolFull
 #      cases count the pool's volumes); its fast subset (the kill points and the blackhole, on
 #      objects of namespaces "flt-...") keeps to its own objects and runs in phase 1.
@@ -26,7 +28,7 @@ cd "$(dirname "$0")/../.." || exit
 
 MOD=$(go list -m)
 # Phase 2: alone, one at a time.
-EXCLUSIVE=(internal/domainevents internal/host internal/controller/hoststatus test/fairness)
+EXCLUSIVE=(internal/domainevents internal/host internal/controller/hoststatus test/fairness test/scale)
 # Phase 1 starts these first: the longest packages, so that the short ones fill the other lanes.
 LONGEST=(test/tenancy internal/controller/kvmdomain internal/imagecache test/faults
 	internal/controller/baseimage internal/controller/seedvolume)

@@ -154,13 +154,14 @@ func main() {
 	// One SSH connection per host, shared by every managed resource on it; each connection
 	// also carries the host's domain events to the KVMDomain controller, and its ups and downs
 	// to the host status controllers.
-	events := domainevents.New(log.WithValues("component", "domain-events"))
 	signals := hoststatus.NewSignals()
+	shared := setup.NewShared(platform)
+	// The events also keep the host's domain definitions remembered between reads true.
+	events := domainevents.New(log.WithValues("component", "domain-events"), domainevents.WithDefinitions(shared.Libvirt))
 	conns := host.NewConnections(host.WithLogger(log.WithValues("component", "host-connections")),
 		host.WithOnLibvirt(events.Attach), host.WithOnState(signals.Notify))
 	defer conns.Close() //nolint:errcheck // Best effort at exit.
 
-	shared := setup.NewShared(platform)
 	shared.ClusterID = *clusterID
 	shared.Images = imagecache.NewShared(imagecache.WithMinThroughput(imagecache.Throughput{Bytes: *claimMinBytes, Window: *claimMinWindow}),
 		imagecache.InCluster(*clusterID))

@@ -4,8 +4,8 @@
 //
 // The host connections call Attach for every libvirt connection they open (the first, and
 // each after a reconnect); Attach subscribes on it and forwards events until the connection
-// ends. Then every KVMDomain last seen on that host is requeued: their reconciles reopen the
-// connection, and with it the subscription.
+// ends. Then a few KVMDomains last seen on that host are requeued (MaxLostWake): their
+// reconciles reopen the connection, and with it the subscription.
 //
 // Domain names are "<namespace>_<name>" on every host, so a name alone does not tell which
 // KVMDomain an event is about: a team's own host (a namespaced ProviderConfig) could define
@@ -47,12 +47,32 @@ type Watcher struct {
 	known map[string]map[types.NamespacedName]bool // by host address
 	// bound is the host address each KVMDomain's config last resolved to (Bind).
 	bound map[types.NamespacedName]string
+
+	defs Definitions
 }
 
+// Definitions is told what a host's events say about its domains' definitions, so that it may
+// remember them between reads while the events are watched (libvirt.Shared).
+type Definitions interface {
+	EventsWatched(address string)
+	DomainChanged(address, domain string)
+	EventsLost(address string)
+}
+
+// Option configures a Watcher.
+type Option func(*Watcher)
+
+// WithDefinitions tells d of every subscription and lifecycle event.
+func WithDefinitions(d Definitions) Option { return func(w *Watcher) { w.defs = d } }
+
 // New returns a Watcher.
-func New(log logging.Logger) *Watcher {
-	return &Watcher{log: log, ch: make(chan event.TypedGenericEvent[client.Object], buffer),
+func New(log logging.Logger, opts ...Option) *Watcher {
+	w := &Watcher{log: log, ch: make(chan event.TypedGenericEvent[client.Object], buffer),
 		known: map[string]map[types.NamespacedName]bool{}, bound: map[types.NamespacedName]string{}}
+	for _, o := range opts {
+		o(w)
+	}
+	return w
 }
 
 // Bind records that the KVMDomain nn is on the host at address (as Attach names it: the
@@ -108,6 +128,10 @@ func (w *Watcher) Attach(ctx context.Context, address string, l *golibvirt.Libvi
 		w.log.Info("Cannot subscribe to domain lifecycle events: changes are seen at the next poll", "address", address, "error", err)
 		return
 	}
+	if w.defs != nil {
+		w.defs.EventsWatched(address)
+		defer w.defs.EventsLost(address)
+	}
 	agent, err := l.SubscribeEvents(ctx, golibvirt.DomainEventIDAgentLifecycle, golibvirt.OptDomain{})
 	if err != nil {
 		w.log.Debug("Cannot subscribe to guest agent events", "address", address, "error", err)
@@ -127,6 +151,9 @@ func (w *Watcher) Attach(ctx context.Context, address string, l *golibvirt.Libvi
 				continue
 			}
 			gone := golibvirt.DomainEventType(ev.Event) == golibvirt.DomainEventUndefined
+			if w.defs != nil {
+				w.defs.DomainChanged(address, ev.Dom.Name)
+			}
 			w.notify(address, ev.Dom.Name, !gone)
 		case ev, ok := <-agent:
 			if !ok {
@@ -167,12 +194,20 @@ func (w *Watcher) notify(address, domain string, present bool) {
 	}
 }
 
-// lost requeues every KVMDomain last seen on address: the connection ended, and their
-// reconciles open the next one.
+// MaxLostWake is how many KVMDomains last seen on a host are requeued when its connection ends:
+// their reconciles open the next one, and with it the subscription. Not all of them: at a
+// thousand domains a libvirtd restart would put a thousand reconciles in the queue at once,
+// ahead of every other host's; the others see what changed meanwhile at their next poll.
+const MaxLostWake = 16
+
+// lost requeues up to MaxLostWake KVMDomains last seen on address (any of them: map order).
 func (w *Watcher) lost(address string) {
 	w.mu.Lock()
 	var all []types.NamespacedName
 	for nn := range w.known[address] {
+		if len(all) == MaxLostWake {
+			break
+		}
 		if w.bound[nn] == address {
 			all = append(all, nn)
 		}

@@ -1,6 +1,8 @@
 package domainevents
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -49,6 +51,30 @@ func TestNotifyAndLost(t *testing.T) {
 	w.lost("h1")
 	if diff := cmp.Diff([]string{"team-a/vm"}, drain(w)); diff != "" {
 		t.Errorf("requests after h1 was lost: -want, +got:\n%s", diff)
+	}
+}
+
+// TestLostWakesAFew: a lost host with many KVMDomains requeues MaxLostWake of them, not all:
+// no storm of reconciles when libvirtd restarts under a thousand domains.
+func TestLostWakesAFew(t *testing.T) {
+	w := New(logging.NewNopLogger())
+	for i := range 3 * MaxLostWake {
+		name := fmt.Sprintf("vm%d", i)
+		w.Bind(types.NamespacedName{Namespace: "team-a", Name: name}, "h1")
+		w.notify("h1", "team-a_"+name, true)
+	}
+	w.Bind(types.NamespacedName{Namespace: "team-b", Name: "db"}, "h2")
+	w.notify("h2", "team-b_db", true)
+	drain(w)
+	w.lost("h1")
+	got := drain(w)
+	if len(got) != MaxLostWake {
+		t.Errorf("%d KVMDomains requeued after h1 was lost, want %d: %v", len(got), MaxLostWake, got)
+	}
+	for _, g := range got {
+		if !strings.HasPrefix(g, "team-a/") {
+			t.Errorf("%s requeued after h1 was lost; it is on h2", g)
+		}
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,7 +74,8 @@ func never(t *testing.T, w *Watcher, want string, d time.Duration, what string, 
 // what it knew, a reconcile reopens the connection, the subscription comes back with it).
 func TestEventsOnRealHost(t *testing.T) {
 	tb := testbed.Require(t)
-	w := New(logging.NewNopLogger())
+	rec := &defsRecorder{}
+	w := New(logging.NewNopLogger(), WithDefinitions(rec))
 	conns := host.NewConnections(host.WithOnLibvirt(w.Attach))
 	t.Cleanup(func() { _ = conns.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -132,6 +135,45 @@ func TestEventsOnRealHost(t *testing.T) {
 	within(t, w, want, 2*time.Second, "started after the libvirtd restart", func() { virsh(t, "start", dom) })
 	within(t, w, want, 2*time.Second, "destroyed after the libvirtd restart", func() { virsh(t, "destroy", dom) })
 	within(t, w, want, 2*time.Second, "undefined", func() { virsh(t, "undefine", dom) })
+
+	// What the remembered definitions were told: a subscription, every event of the domain,
+	// its loss at the restart, and the subscription again.
+	addr := tb.HostConfig(t).Address()
+	got := rec.seen()
+	for _, want := range []string{"watched " + addr, "changed " + addr + " " + dom, "lost " + addr} {
+		if !slices.Contains(got, want) {
+			t.Errorf("the definitions were never told %q; told: %v", want, got)
+		}
+	}
+	if n := count(got, "watched "+addr); n != 2 {
+		t.Errorf("the definitions were told of %d subscriptions, want 2 (before and after the restart): %v", n, got)
+	}
+}
+
+// defsRecorder is a Definitions that records what it is told.
+type defsRecorder struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *defsRecorder) add(s string)              { r.mu.Lock(); defer r.mu.Unlock(); r.log = append(r.log, s) }
+func (r *defsRecorder) EventsWatched(a string)    { r.add("watched " + a) }
+func (r *defsRecorder) EventsLost(a string)       { r.add("lost " + a) }
+func (r *defsRecorder) DomainChanged(a, d string) { r.add("changed " + a + " " + d) }
+func (r *defsRecorder) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.log)
+}
+
+func count(ss []string, s string) int {
+	n := 0
+	for _, x := range ss {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }
 
 func drainAll(w *Watcher) {

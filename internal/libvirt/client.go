@@ -470,6 +470,8 @@ func (c *Client) DomainDiskSources(ctx context.Context) ([]DomainDisk, error) {
 func (c *Client) domainDisks(ctx context.Context, resolve bool) ([]DomainDisk, error) {
 	var out []DomainDisk
 	err := c.do(ctx, func(l rpc) error {
+		// Read afresh, never remembered: a seed swapped in a running guest raises no
+		// lifecycle event, and an in-use scan must never miss a disk.
 		docs, err := allDomainXML(l)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 
@@ -128,7 +129,11 @@ func (c *Client) Domain(ctx context.Context, name string) (DomainInfo, error) {
 // DefineDomain defines (or redefines, for the same name and UUID) a persistent domain.
 func (c *Client) DefineDomain(ctx context.Context, xml string) error {
 	err := c.do(ctx, func(l rpc) error {
-		_, err := l.DomainDefineXML(xml)
+		d, err := l.DomainDefineXML(xml)
+		if err == nil && c.sh != nil {
+			// Forgotten at once, not only when its event comes.
+			c.sh.defs.changed(c.conn.Address(), d.Name)
+		}
 		return err
 	})
 	return errors.Wrapf(err, errDefineDomain, c.conn.Address())
@@ -341,10 +346,30 @@ func (c *Client) DomainDefinitions(ctx context.Context) ([]string, error) {
 	var out []string
 	err := c.do(ctx, func(l rpc) error {
 		var err error
-		out, err = allDomainXML(l)
+		out, err = c.allDefinitions(l)
 		return err
 	})
 	return out, errors.Wrapf(err, errListDomains, c.conn.Address())
+}
+
+// allDefinitions is allDomainXML through the definitions the process remembers of the host
+// (definitions.go): one call, and one per domain new or changed since the last read.
+func (c *Client) allDefinitions(l rpc) ([]string, error) {
+	if c.sh == nil {
+		return allDomainXML(l)
+	}
+	list := func() ([]golibvirt.Domain, error) {
+		doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
+		return doms, err
+	}
+	fetch := func(d golibvirt.Domain) (string, error) {
+		doc, err := l.DomainGetXMLDesc(d, 0)
+		if IsNotFound(err) {
+			return "", nil
+		}
+		return doc, err
+	}
+	return c.sh.defs.read(c.conn.Address(), time.Now(), list, fetch)
 }
 
 // allDomainXML is the definition of every domain, running or defined, on one connection; a

@@ -15,6 +15,7 @@ import (
 type Shared struct {
 	pools   sync.Map // address + "\x00" + pool -> chan struct{}
 	domains sync.Map // address + "\x00" + name -> golibvirt.Domain
+	defs    definitions
 }
 
 // NewShared returns the state the Clients of one process share.

@@ -159,8 +159,8 @@ func TestScale(t *testing.T) {
 			return allReady(ctx, kube, n)
 		})
 		r := row{step: fmt.Sprintf("%d on one host", n), domains: n, ready: time.Since(t0)}
-		// Let the requeues after Ready pass, then measure.
-		time.Sleep(s.window / 4)
+		// Let the first reconciles after Ready pass (a new seed is read back once), then measure.
+		time.Sleep(s.settle(n))
 		r.fig = m.window(t, s.window, nil)
 		if err := allReady(ctx, kube, n); err != nil {
 			t.Errorf("with %d: a resource left Ready during the measurement: %v", n, err)
@@ -183,6 +183,20 @@ func TestScale(t *testing.T) {
 	if t.Failed() {
 		t.Logf("the provider's log: %s", p.Log)
 	}
+}
+
+// settle is how long after all are Ready a step waits before measuring: a quarter window in the
+// short run; in the full one, a whole cycle of reconciles, the poll or, when the reconcile rate
+// bounds it, the time 10 reconciles a second take to go over every resource once.
+func (s settings) settle(n int) time.Duration {
+	if !s.full {
+		return s.window / 4
+	}
+	poll := time.Minute
+	if d, err := time.ParseDuration(s.poll); err == nil {
+		poll = d
+	}
+	return max(poll+poll/5, time.Duration(2*n+namespaces)*time.Second/10)
 }
 
 // readyBound is how long n KVMDomains and their SeedVolumes may take to become Ready: at the
