@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -91,7 +92,16 @@ func main() {
 	kingpin.FatalIfError(err, "Cannot get API server rest config")
 
 	mgr, err := ctrl.NewManager(ratelimiter.LimitRESTConfig(cfg, *maxReconcileRate), ctrl.Options{
-		Cache: cache.Options{SyncPeriod: syncInterval},
+		Cache: cache.Options{
+			SyncPeriod: syncInterval,
+			// What the informers hold (docs/performance.md): objects without their managed
+			// fields, which nothing here reads, and CRDs (the safe-start gate's, every CRD of
+			// the cluster) without their schemas.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&apiextensionsv1.CustomResourceDefinition{}: {Transform: customresourcesgate.TransformStripCRDSchema},
+			},
+		},
 		// Secrets are read from the API server, never cached: no informer on every Secret of
 		// the cluster (decision 48).
 		Client:                 setup.ClientOptions(),
