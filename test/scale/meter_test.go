@@ -46,6 +46,7 @@ type sample struct {
 	cpu      float64            // seconds
 	calls    map[string]float64 // by kind
 	scans    float64            // calls of scanOps
+	xml      float64            // DomainGetXMLDesc calls
 	opens    float64            // libvirt connections opened
 	api      float64            // API server requests
 	apiBy    map[string]float64 // by method
@@ -68,6 +69,19 @@ type figures struct {
 	p50, p99                time.Duration
 	callsPerRec             map[string]float64 // libvirt calls per reconcile, by kind
 	apiPerMinBy             map[string]float64 // API server requests per minute, by method
+}
+
+// ramp is what a step's creation cost, from its first create until all were Ready.
+type ramp struct {
+	calls, xml float64 // libvirt calls, DomainGetXMLDesc calls
+}
+
+func rampOf(a, b sample) ramp {
+	var calls float64
+	for k, v := range b.calls {
+		calls += v - a.calls[k]
+	}
+	return ramp{calls: calls, xml: b.xml - a.xml}
 }
 
 func (f figures) brief() string {
@@ -191,6 +205,9 @@ func (m *meter) sample(t *testing.T) sample {
 				s.calls[label(mt, "kind")] += v
 				if scanOps[label(mt, "op")] {
 					s.scans += v
+				}
+				if label(mt, "op") == "DomainGetXMLDesc" {
+					s.xml += v
 				}
 			case metrics.ConnectionsName:
 				s.opens += mt.GetCounter().GetValue()

@@ -20,6 +20,8 @@ type row struct {
 	step    string
 	domains int
 	ready   time.Duration
+	created int  // KVMDomains (and seeds) the step created
+	ramp    ramp // what creating them cost
 	fig     figures
 }
 
@@ -84,6 +86,14 @@ func report(t *testing.T, s settings, rows []row, machine string) {
 			r.step, ready, f.rssMiB, f.heapMiB, f.goroutines, f.cpuPerMin, f.callsPerMin, f.scansTotal, f.newConns, f.sshMax, f.recsPerMin, ms(f.p50), ms(f.p99), f.apiPerMin)
 	}
 	_ = tw.Flush()
+	fmt.Fprintln(&b, "What each step's creation cost (from its first create until all were Ready):")
+	for _, r := range rows {
+		if r.created == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s: %d KVMDomains and seeds created, %.0f libvirt calls (%.0f per KVMDomain), %.0f domain definitions read (%.1f per KVMDomain)\n",
+			r.step, r.created, r.ramp.calls, r.ramp.calls/float64(r.created), r.ramp.xml, r.ramp.xml/float64(r.created))
+	}
 	fmt.Fprintln(&b, "libvirt calls per reconcile, by kind:")
 	for _, r := range rows {
 		var parts []string

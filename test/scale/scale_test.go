@@ -144,7 +144,7 @@ func TestScale(t *testing.T) {
 
 	var rows []row
 	for _, n := range s.steps {
-		t0 := time.Now()
+		t0, before, created := time.Now(), m.sample(t), n-made
 		for ; made < n; made++ {
 			for _, o := range pair(made) {
 				if err := kube.Create(ctx, o); err != nil {
@@ -158,7 +158,7 @@ func TestScale(t *testing.T) {
 			}
 			return allReady(ctx, kube, n)
 		})
-		r := row{step: fmt.Sprintf("%d on one host", n), domains: n, ready: time.Since(t0)}
+		r := row{step: fmt.Sprintf("%d on one host", n), domains: n, ready: time.Since(t0), created: created, ramp: rampOf(before, m.sample(t))}
 		// Let the first reconciles after Ready pass (a new seed is read back once), then measure.
 		time.Sleep(s.settle(n))
 		r.fig = m.window(t, s.window, nil)
@@ -166,7 +166,7 @@ func TestScale(t *testing.T) {
 			t.Errorf("with %d: a resource left Ready during the measurement: %v", n, err)
 		}
 		rows = append(rows, r)
-		t.Logf("%s: Ready after %s; %s", r.step, r.ready.Round(time.Second), r.fig.brief())
+		t.Logf("%s: Ready after %s (%d created: %.0f libvirt calls, %.0f definitions read); %s", r.step, r.ready.Round(time.Second), created, r.ramp.calls, r.ramp.xml, r.fig.brief())
 		if !s.full {
 			check(t, r.fig, n, s)
 		}
