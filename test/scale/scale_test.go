@@ -128,6 +128,16 @@ func TestScale(t *testing.T) {
 	}
 	p := providerproc.Start(t, bin, kubeconfig, filepath.Join(logDir, "provider.log"), nil, args...)
 	m := &meter{url: "http://" + metricsAddr + "/metrics", pid: p.Cmd.Process.Pid, sshPort: tb.SSHPort}
+	controlplane.Eventually(t, time.Minute, "the provider's metrics endpoint answering", func() error {
+		if err := p.Alive(); err != nil {
+			return err
+		}
+		resp, err := http.Get(m.url) //nolint:noctx // loopback, the test's own process
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	})
 
 	for i := range namespaces {
 		ns := nsName(i)
