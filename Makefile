@@ -50,8 +50,8 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Programs that are not the provider, each a Go module of its own so that the provider's go.mod
-# lists only what it ships and tests: the node's DNS and pause binary, mkimage (make xpkg).
-TOOL_MODULES := cluster/node cluster/xpkg/mkimage
+# lists only what it ships and tests: the node's DNS and pause binary, mkimage and mkxpkg (make xpkg).
+TOOL_MODULES := cluster/node cluster/xpkg/mkimage cluster/xpkg/mkxpkg
 
 .PHONY: deps
 deps: ## Download the Go modules (tests then run offline inside the test bed's namespace).

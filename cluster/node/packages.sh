@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # packages.sh -- install the project's packages (make xpkg) on the node through Crossplane's
 # package manager (make node-packages, after make node-crossplane): push the .xpkg files to the
-# node's registry, with function-auto-ready v0.7.0 made into a Function package here (its binary
+# node's registry (the provider's and the function's per-platform files as one multi-platform
+# package each), with function-auto-ready v0.7.0 made into a Function package here (its binary
 # from make tools, its package metadata from its Go module); create the Provider, both Functions
 # (under the names the Compositions use) and the Configuration with packages on the node's
 # address (as a pod reaches the registry); wait until all are HEALTHY, the function and provider
@@ -41,14 +42,30 @@ if [[ ! -s $ar || $BIN/function-auto-ready -nt $ar ]]; then
 		ndie "crossplane xpkg build of function-auto-ready failed (see $LOGS/push.log)"
 	mv -f "$ar.tmp" "$ar"
 fi
-push() { # push FILE REPOSITORY
+push() { # push FILES REPOSITORY (FILES comma-separated: several make a multi-platform index)
 	in_node "$BIN/crossplane" xpkg push -f "$1" "$REGISTRY/$2:$PKG_TAG" >>"$LOGS/push.log" 2>&1 ||
 		ndie "crossplane xpkg push of $2 failed (see $LOGS/push.log)"
 }
-for p in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
-	[[ -s $XPKG_DIR/$p.xpkg ]] || ndie "missing $XPKG_DIR/$p.xpkg (make xpkg)"
-	push "$XPKG_DIR/$p.xpkg" "provider-kvm/$p"
+# The provider and the function are multi-platform packages (one .xpkg per platform, pushed
+# together as an OCI image index, as a release is pushed); the node is linux/amd64 and pulls that.
+for p in provider-kvm function-kvm-proxy; do
+	files=("$XPKG_DIR/$p"-*.xpkg)
+	[[ -s ${files[0]} && -s $XPKG_DIR/$p-amd64.xpkg ]] || ndie "missing $XPKG_DIR/$p-amd64.xpkg (make xpkg)"
+	push "$(IFS=,; echo "${files[*]}")" "provider-kvm/$p"
+	if [[ ${#files[@]} == 1 ]]; then # XPKG_ARCHES=amd64: a single-platform package
+		nlog "pushed provider-kvm/$p:$PKG_TAG: ${files[0]##*/}"
+		continue
+	fi
+	# What the package manager and containerd pull: an index of every platform built.
+	platforms=$(in_node "$BIN/crane" manifest "$REGISTRY/provider-kvm/$p:$PKG_TAG" |
+		python3 -c 'import json,sys; m=json.load(sys.stdin); print(" ".join(sorted(d["platform"]["os"]+"/"+d["platform"]["architecture"] for d in m.get("manifests", []))))') ||
+		ndie "cannot read the manifest of provider-kvm/$p:$PKG_TAG"
+	want=$(printf '%s\n' "${files[@]}" | sed -E 's/.*-([a-z0-9]+)\.xpkg$/linux\/\1/' | sort | paste -sd' ')
+	[[ $platforms == "$want" ]] || ndie "provider-kvm/$p:$PKG_TAG is an index of '$platforms', want '$want'"
+	nlog "pushed provider-kvm/$p:$PKG_TAG: an index of $platforms"
 done
+[[ -s $XPKG_DIR/configuration-kvm-proxy.xpkg ]] || ndie "missing $XPKG_DIR/configuration-kvm-proxy.xpkg (make xpkg)"
+push "$XPKG_DIR/configuration-kvm-proxy.xpkg" provider-kvm/configuration-kvm-proxy
 push "$ar" crossplane-contrib/function-auto-ready
 args=
 for a in ${PROVIDER_ARGS:-}; do args+=${args:+, }\"$a\"; done
