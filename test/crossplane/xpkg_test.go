@@ -271,7 +271,8 @@ func checkScale(t *testing.T, packaged map[string]*unstructured.Unstructured) {
 }
 
 // lostFields returns the paths of the fields of src that got does not hold with the same
-// value. got may hold more (defaults the builder's types write, such as empty statuses).
+// value. got may hold more (what the builder's typed encoder adds, such as an XRD's empty
+// status).
 func lostFields(src, got any, at string) []string {
 	switch s := src.(type) {
 	case map[string]any:
