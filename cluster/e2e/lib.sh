@@ -101,8 +101,8 @@ preflight() {
 	for b in kubelet kube-proxy kube-scheduler; do
 		need_file "$BIN/$b" "make node-build builds it"
 	done
-	for b in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
-		need_file "$XPKG_DIR/$b.xpkg" "make xpkg builds it"
+	for b in provider-kvm-amd64 function-kvm-proxy-amd64 configuration-kvm-proxy; do
+		need_file "$XPKG_DIR/$b.xpkg" "make xpkg builds it" # the node is linux/amd64
 	done
 	need_file "$IMAGE" "make image builds it"
 	need_file "$IMAGE.sha256" "make image builds it"
