@@ -50,8 +50,8 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Programs that are not the provider, each a Go module of its own so that the provider's go.mod
-# lists only what it ships and tests: the node's DNS and pause binary, mkimage (make xpkg).
-TOOL_MODULES := cluster/node cluster/xpkg/mkimage
+# lists only what it ships and tests: the node's DNS and pause binary, mkimage and mkxpkg (make xpkg).
+TOOL_MODULES := cluster/node cluster/xpkg/mkimage cluster/xpkg/mkxpkg
 
 .PHONY: deps
 deps: ## Download the Go modules (tests then run offline inside the test bed's namespace).
@@ -155,7 +155,8 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # Crossplane core, the packages, the LAN bed) and the LAN's network checks; then make e2e.
 #  - test-bed: the Go tests (unit, envtest with a real kube-apiserver + etcd, integration against
 #    the libvirtd + sshd of netns kvmhost), then the tool modules' tests. It needs only
-#    kube-apiserver, etcd, the Crossplane CLI, function-auto-ready and the guest image.
+#    kube-apiserver, etcd, the Crossplane CLI, function-auto-ready, crane (test/crossplane pushes
+#    the packages to a loopback registry) and the guest image.
 #  - test-e2e-prep: builds what is missing for make e2e (a build another process holds is waited
 #    for through the build scripts' locks) and runs the LAN checks, so on a cold machine the
 #    bed's tests start while the node's binaries still compile.
@@ -204,7 +205,7 @@ CROSSPLANE_CORE_VERSION ?= v2.4.0
 envtest-bins:
 	cluster/controlplane/build.sh "$(KUBEBUILDER_ASSETS)" kube-apiserver etcd
 test-tools:
-	BIN_DIR="$(CACHE_DIR)/bin" cluster/crossplane/build.sh crossplane function-auto-ready
+	BIN_DIR="$(CACHE_DIR)/bin" cluster/crossplane/build.sh crossplane function-auto-ready crane
 	cd /tmp && GOFLAGS= GOWORK=off go mod download github.com/crossplane/crossplane/v2@$(CROSSPLANE_CORE_VERSION)
 
 # End to end on the single-node Kubernetes of cluster/node (cluster/e2e, docs/e2e.md): the

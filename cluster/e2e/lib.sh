@@ -36,7 +36,7 @@ OUT=${E2E_OUT:-$REPO/_output/e2e}
 # The Go half, built by preflight: the tests (go test -c) and the helper command.
 E2E_TEST=$OUT/e2e.test
 E2ECTL=$OUT/e2ectl
-PKG_TAG=${PKG_TAG:-v0.0.0-e2e}
+PKG_TAG=${PKG_TAG:-v0.1.0} # a tag the Configuration's dependency constraints accept
 # Provider poll interval: how often a booting KVMDomain is looked at again. Part of the
 # measured overhead (see docs/e2e.md).
 POLL=${POLL:-} # empty: the provider's default (--poll=1m), as a platform team installs it
@@ -101,8 +101,8 @@ preflight() {
 	for b in kubelet kube-proxy kube-scheduler; do
 		need_file "$BIN/$b" "make node-build builds it"
 	done
-	for b in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
-		need_file "$XPKG_DIR/$b.xpkg" "make xpkg builds it"
+	for b in provider-kvm-amd64 function-kvm-proxy-amd64 configuration-kvm-proxy; do
+		need_file "$XPKG_DIR/$b.xpkg" "make xpkg builds it" # the node is linux/amd64
 	done
 	need_file "$IMAGE" "make image builds it"
 	need_file "$IMAGE.sha256" "make image builds it"

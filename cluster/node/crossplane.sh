@@ -3,15 +3,16 @@
 # (make node-crossplane, after make node-up), the way a Helm install runs them: the image is
 # the v2.4.0 core binary (make tools builds it) at /usr/local/bin/crossplane with the core's
 # CRDs at /crds (its `core init` installs them), made by cluster/xpkg/mkimage and pushed to the
-# node's registry. Namespace crossplane-system, ServiceAccounts crossplane and
-# rbac-manager, the TLS Secrets `core init` fills, the pods' security context as the chart's
-# (65532, read-only root, no privilege escalation). Waits until both Deployments are Available.
+# node's registry. Namespace crossplane-system, the TLS Secrets `core init` fills, the pods'
+# security context as the chart's (65532, read-only root, no privilege escalation). The
+# ServiceAccounts crossplane and rbac-manager and their RBAC are the chart's own: its RBAC
+# templates (the chart in the v2.4.0 module, cluster/charts/crossplane) rendered with its
+# default values by cluster/node/chart (there is no helm here), no cluster-admin. Waits until
+# both Deployments are Available, then checks the core's ServiceAccount is not cluster-admin.
 #
 # Webhooks are on, as in the chart (WEBHOOKS=0: off): Service crossplane-webhooks, the core's
 # webhook configurations at /webhookconfigurations in the image; the API server reaches the
 # webhook at the pod's IP (up.sh: --enable-aggregator-routing).
-# Not yet as the chart: both ServiceAccounts are bound to cluster-admin (the chart gives the
-# core an aggregated ClusterRole and the RBAC manager its own): cluster/node/README.md.
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "$0")")
 # shellcheck source=cluster/node/lib.sh
@@ -27,6 +28,8 @@ CRDS=$XP_MOD/cluster/crds
 WEBHOOKS=${WEBHOOKS:-1}
 if [[ $WEBHOOKS == 1 ]]; then enable_webhooks=true; else enable_webhooks=false; fi
 [[ -d $CRDS ]] || ndie "no Crossplane CRDs at $CRDS (make e2e's preflight downloads the module)"
+CHART=$XP_MOD/cluster/charts/crossplane
+[[ -s $CHART/Chart.yaml ]] || ndie "no Crossplane chart at $CHART"
 # Pods pull it from the node's registry on loopback of netns node (containerd's view).
 IMG=$REGISTRY/crossplane/crossplane:$CORE_VERSION
 T0=$SECONDS
@@ -43,6 +46,20 @@ if [[ ! -s $tar || $CORE -nt $tar || $0 -nt $tar ]]; then
 fi
 in_node "$BIN/crane" push --insecure "$tar" "$IMG" >>"$LOGS/push.log" 2>&1 || ndie "crane push $IMG failed (see $LOGS/push.log)"
 
+# The chart's ServiceAccounts and RBAC, as `helm install` creates them with the default values.
+(cd "$HERE" && GOTOOLCHAIN=local go build -o "$NODE_DIR/images/chart" ./chart) || ndie "go build of cluster/node/chart failed"
+rbac=$NODE_DIR/crossplane-chart-rbac.yaml
+"$NODE_DIR/images/chart" -chart "$CHART" -namespace crossplane-system \
+	serviceaccount.yaml rbac-manager-serviceaccount.yaml clusterrole.yaml clusterrolebinding.yaml \
+	rbac-manager-clusterrole.yaml rbac-manager-clusterrolebinding.yaml \
+	rbac-manager-managed-clusterroles.yaml rbac-manager-allowed-provider-permissions.yaml >"$rbac" ||
+	ndie "cannot render the chart's RBAC"
+kc apply --server-side -f - >/dev/null <<<'{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "crossplane-system"}}'
+kc apply --server-side -f "$rbac" >/dev/null || ndie "cannot apply the chart's RBAC ($rbac)"
+# What a node started before the chart's RBAC had.
+kc delete clusterrolebinding crossplane-node-admin --ignore-not-found >/dev/null
+nlog "the chart's RBAC: $(grep -c '^kind:' "$rbac") objects ($rbac)"
+
 env_common() { # the env of the chart's containers (POD_NAMESPACE, POD_SERVICE_ACCOUNT)
 	cat <<-YAML
 		        - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
@@ -51,35 +68,6 @@ env_common() { # the env of the chart's containers (POD_NAMESPACE, POD_SERVICE_A
 }
 secctx='securityContext: {runAsUser: 65532, runAsGroup: 65532, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true}'
 kc apply --server-side -f - >/dev/null <<-YAML
-	apiVersion: v1
-	kind: Namespace
-	metadata: {name: crossplane-system}
-	---
-	apiVersion: v1
-	kind: ServiceAccount
-	metadata: {name: crossplane, namespace: crossplane-system}
-	---
-	apiVersion: v1
-	kind: ServiceAccount
-	metadata: {name: rbac-manager, namespace: crossplane-system}
-	---
-	apiVersion: rbac.authorization.k8s.io/v1
-	kind: ClusterRoleBinding
-	metadata: {name: crossplane-node-admin}
-	roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
-	subjects:
-	- {kind: ServiceAccount, name: crossplane, namespace: crossplane-system}
-	- {kind: ServiceAccount, name: rbac-manager, namespace: crossplane-system}
-	---
-	# What the RBAC manager may grant providers beyond their own CRDs (the chart aggregates
-	# ClusterRoles labelled rbac.crossplane.io/aggregate-to-allowed-provider-permissions).
-	apiVersion: rbac.authorization.k8s.io/v1
-	kind: ClusterRole
-	metadata: {name: "crossplane:allowed-provider-permissions"}
-	aggregationRule:
-	  clusterRoleSelectors:
-	  - matchLabels: {rbac.crossplane.io/aggregate-to-allowed-provider-permissions: "true"}
-	---
 	apiVersion: v1
 	kind: Service
 	metadata: {name: crossplane-webhooks, namespace: crossplane-system}
@@ -193,4 +181,16 @@ for d in crossplane crossplane-rbac-manager; do
 		{ kc -n crossplane-system describe pods >&2; ndie "deployment $d not Available (see $LOGS/kubelet.log)"; }
 done
 nlog "Crossplane $CORE_VERSION core and RBAC manager Available as Deployments ($((SECONDS - T0))s)"
+# They run with the chart's RBAC and nothing more: neither may do everything, each may do its job.
+can() { kc auth can-i "${@:2}" --as="system:serviceaccount:crossplane-system:$1" 2>/dev/null || true; }
+for sa in crossplane rbac-manager; do
+	[[ $(can "$sa" '*' '*') == no ]] || ndie "ServiceAccount $sa may do anything: it should have the chart's RBAC only"
+done
+[[ $(can crossplane create customresourcedefinitions.apiextensions.k8s.io) == yes ]] ||
+	ndie "ServiceAccount crossplane may not create CRDs: the chart's ClusterRole crossplane is missing"
+[[ $(can crossplane create clusterrolebindings.rbac.authorization.k8s.io) == no ]] ||
+	ndie "ServiceAccount crossplane may bind ClusterRoles: more than the chart gives the core"
+[[ $(can rbac-manager bind clusterroles.rbac.authorization.k8s.io) == yes ]] ||
+	ndie "ServiceAccount rbac-manager may not bind ClusterRoles: the chart's crossplane-rbac-manager is missing"
+nlog "the core and the RBAC manager have the chart's RBAC, not cluster-admin"
 kc -n crossplane-system get pods -o wide

@@ -1,5 +1,5 @@
 // The test bed's own programs for the single-node cluster (the cluster DNS, the pause image's
-// binary, the application pod's httpget), a module of their own so that the provider's go.mod
+// binary, the application pod's httpget, the renderer of Crossplane's chart RBAC), a module of their own so that the provider's go.mod
 // lists only what it ships and tests.
 module github.com/provider-kvm/provider-kvm/cluster/node
 
@@ -11,6 +11,7 @@ require (
 	k8s.io/api v0.35.3
 	k8s.io/apimachinery v0.35.3
 	k8s.io/client-go v0.35.3
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -58,5 +59,4 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.2-0.20260122202528-d9cc6641c482 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # packages.sh -- install the project's packages (make xpkg) on the node through Crossplane's
 # package manager (make node-packages, after make node-crossplane): push the .xpkg files to the
-# node's registry, with function-auto-ready v0.7.0 made into a Function package here (its binary
+# node's registry (the provider's and the function's per-platform files as one multi-platform
+# package each), with function-auto-ready v0.7.0 made into a Function package here (its binary
 # from make tools, its package metadata from its Go module); create the Provider, both Functions
 # (under the names the Compositions use) and the Configuration with packages on the node's
 # address (as a pod reaches the registry); wait until all are HEALTHY, the function and provider
 # pods run under the package runtime and the Configuration's XRDs are Established; then check
 # the provider pod: user 2000, no privilege escalation, no capabilities, the ServiceAccount bound
 # to the RBAC manager's ClusterRole. Prints TIMING.
-#   XPKG_DIR (default _output/xpkg), PKG_TAG (default v0.0.0-node)
+#   XPKG_DIR (default _output/xpkg), PKG_TAG (default v0.1.0: a tag the Configuration's
+#   dependency constraints, >=v0.1.0, accept, for dependency resolution)
 #   PROVIDER_ARGS  the provider's flags (e.g. "--poll=10s --debug"), given by a
 #                  DeploymentRuntimeConfig as a platform team would (default: none)
 set -euo pipefail
@@ -19,7 +21,7 @@ HERE=$(dirname "$(readlink -f "$0")")
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
 { holder_ok && alive kubelet; } || ndie "the node is not up: make node-up"
 XPKG_DIR=$(readlink -f "${XPKG_DIR:-$HERE/../../_output/xpkg}")
-PKG_TAG=${PKG_TAG:-v0.0.0-node}
+PKG_TAG=${PKG_TAG:-v0.1.0}
 NS=crossplane-system
 [[ -x $BIN/crossplane ]] || ndie "missing $BIN/crossplane (make tools)"
 kc -n "$NS" get deploy crossplane >/dev/null 2>&1 || ndie "no Crossplane core on the node: make node-crossplane"
@@ -41,15 +43,32 @@ if [[ ! -s $ar || $BIN/function-auto-ready -nt $ar ]]; then
 		ndie "crossplane xpkg build of function-auto-ready failed (see $LOGS/push.log)"
 	mv -f "$ar.tmp" "$ar"
 fi
-push() { # push FILE REPOSITORY
+push() { # push FILES REPOSITORY (FILES comma-separated: several make a multi-platform index)
 	in_node "$BIN/crossplane" xpkg push -f "$1" "$REGISTRY/$2:$PKG_TAG" >>"$LOGS/push.log" 2>&1 ||
 		ndie "crossplane xpkg push of $2 failed (see $LOGS/push.log)"
 }
-for p in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
-	[[ -s $XPKG_DIR/$p.xpkg ]] || ndie "missing $XPKG_DIR/$p.xpkg (make xpkg)"
-	push "$XPKG_DIR/$p.xpkg" "provider-kvm/$p"
+# The provider and the function are multi-platform packages (one .xpkg per platform, pushed
+# together as an OCI image index, as a release is pushed); the node is linux/amd64 and pulls that.
+for p in provider-kvm function-kvm-proxy; do
+	files=("$XPKG_DIR/$p"-*.xpkg)
+	[[ -s ${files[0]} && -s $XPKG_DIR/$p-amd64.xpkg ]] || ndie "missing $XPKG_DIR/$p-amd64.xpkg (make xpkg)"
+	push "$(IFS=,; echo "${files[*]}")" "provider-kvm/$p"
+	if [[ ${#files[@]} == 1 ]]; then # XPKG_ARCHES=amd64: a single-platform package
+		nlog "pushed provider-kvm/$p:$PKG_TAG: ${files[0]##*/}"
+		continue
+	fi
+	# What the package manager and containerd pull: an index of every platform built.
+	platforms=$(in_node "$BIN/crane" manifest "$REGISTRY/provider-kvm/$p:$PKG_TAG" |
+		python3 -c 'import json,sys; m=json.load(sys.stdin); print(" ".join(sorted(d["platform"]["os"]+"/"+d["platform"]["architecture"] for d in m.get("manifests", []))))') ||
+		ndie "cannot read the manifest of provider-kvm/$p:$PKG_TAG"
+	want=$(printf '%s\n' "${files[@]}" | sed -E 's/.*-([a-z0-9]+)\.xpkg$/linux\/\1/' | sort | paste -sd' ')
+	[[ $platforms == "$want" ]] || ndie "provider-kvm/$p:$PKG_TAG is an index of '$platforms', want '$want'"
+	nlog "pushed provider-kvm/$p:$PKG_TAG: an index of $platforms"
 done
-push "$ar" crossplane-contrib/function-auto-ready
+[[ -s $XPKG_DIR/configuration-kvm-proxy.xpkg ]] || ndie "missing $XPKG_DIR/configuration-kvm-proxy.xpkg (make xpkg)"
+push "$XPKG_DIR/configuration-kvm-proxy.xpkg" provider-kvm/configuration-kvm-proxy
+# Under its own version, which the Configuration's constraint (>=v0.7.0) accepts.
+PKG_TAG=$AUTOREADY_VERSION push "$ar" crossplane-contrib/function-auto-ready
 args=
 for a in ${PROVIDER_ARGS:-}; do args+=${args:+, }\"$a\"; done
 kc apply -f - >/dev/null <<-YAML
@@ -64,38 +83,65 @@ kc apply -f - >/dev/null <<-YAML
 	        spec:
 	          containers: [{name: package-runtime, args: [$args]}]
 	---
+	# As a site with a private registry installs: the packages keep their xpkg.crossplane.io
+	# names (those the Configuration's dependencies use) and an ImageConfig rewrites them to the
+	# node's registry, for the package manager and for the runtime's images.
+	apiVersion: pkg.crossplane.io/v1beta1
+	kind: ImageConfig
+	metadata: {name: node-registry}
+	spec:
+	  matchImages: [{type: Prefix, prefix: "xpkg.crossplane.io/"}]
+	  rewriteImage: {prefix: "$POD_REGISTRY/"}
+	---
+	# Installed first for its DeploymentRuntimeConfig; once it is in Crossplane's lock the
+	# Configuration's dependency on it is satisfied by this one (installed at the same time,
+	# the dependency manager would install a second Provider of the same package).
 	apiVersion: pkg.crossplane.io/v1
 	kind: Provider
 	metadata: {name: provider-kvm}
 	spec:
-	  package: "$POD_REGISTRY/provider-kvm/provider-kvm:$PKG_TAG"
+	  package: "xpkg.crossplane.io/provider-kvm/provider-kvm:$PKG_TAG"
 	  runtimeConfigRef: {name: provider-kvm}
-	---
-	# The names Crossplane gives the Configuration's dependencies, which its Compositions use.
-	apiVersion: pkg.crossplane.io/v1
-	kind: Function
-	metadata: {name: provider-kvm-function-kvm-proxy}
-	spec: {package: "$POD_REGISTRY/provider-kvm/function-kvm-proxy:$PKG_TAG"}
-	---
-	apiVersion: pkg.crossplane.io/v1
-	kind: Function
-	metadata: {name: crossplane-contrib-function-auto-ready}
-	spec: {package: "$POD_REGISTRY/crossplane-contrib/function-auto-ready:$PKG_TAG"}
-	---
-	# Its dependencies are named by their xpkg.crossplane.io references, which cannot be
-	# fetched here: installed above instead.
+YAML
+healthy() { # healthy KIND/NAME: wait until it exists, then until it is Healthy
+	for ((i = 0; i < 240; i++)); do # a dependency appears once the Configuration's are resolved
+		kc get "$1" >/dev/null 2>&1 && break
+		sleep 1
+	done
+	kc wait --for=condition=Healthy --timeout=240s "$1" >/dev/null ||
+		{ kc describe "$1" >&2; ndie "$1 is not Healthy"; }
+	nlog "$1 Healthy after $(secs)s"
+}
+healthy providers.pkg.crossplane.io/provider-kvm
+kc apply -f - >/dev/null <<-YAML
+	# The Functions are not installed here: Crossplane resolves the Configuration's dependencies
+	# against the node's registry (the tags it lists there) and installs them under the names
+	# the Compositions use.
 	apiVersion: pkg.crossplane.io/v1
 	kind: Configuration
 	metadata: {name: configuration-kvm-proxy}
 	spec:
-	  package: "$POD_REGISTRY/provider-kvm/configuration-kvm-proxy:$PKG_TAG"
-	  skipDependencyResolution: true
+	  package: "xpkg.crossplane.io/provider-kvm/configuration-kvm-proxy:$PKG_TAG"
 YAML
-for kind in providers.pkg.crossplane.io/provider-kvm functions.pkg.crossplane.io/provider-kvm-function-kvm-proxy \
-	functions.pkg.crossplane.io/crossplane-contrib-function-auto-ready configurations.pkg.crossplane.io/configuration-kvm-proxy; do
-	kc wait --for=condition=Healthy --timeout=240s "$kind" >/dev/null ||
-		{ kc describe "$kind" >&2; ndie "$kind is not Healthy"; }
-	nlog "$kind Healthy after $(secs)s"
+for kind in configurations.pkg.crossplane.io/configuration-kvm-proxy \
+	functions.pkg.crossplane.io/provider-kvm-function-kvm-proxy functions.pkg.crossplane.io/crossplane-contrib-function-auto-ready; do
+	healthy "$kind"
+done
+# The dependency manager installed no Provider of its own beside provider-kvm.
+n=$(kc get providers.pkg.crossplane.io -o name | grep -c .) || true
+[[ $n == 1 ]] || { kc get providers.pkg.crossplane.io >&2; ndie "$n Providers, want provider-kvm alone"; }
+# The Functions are the dependency manager's: their packages are the versions it chose from the
+# tags of the node's registry, pulled through the ImageConfig.
+for f in provider-kvm-function-kvm-proxy:provider-kvm/function-kvm-proxy:$PKG_TAG \
+	crossplane-contrib-function-auto-ready:crossplane-contrib/function-auto-ready:$AUTOREADY_VERSION; do
+	IFS=: read -r name repo tag <<<"$f"
+	got=$(kc get functions.pkg.crossplane.io "$name" -o jsonpath='{.spec.package}')
+	[[ $got == "xpkg.crossplane.io/$repo:$tag" ]] ||
+		ndie "Function $name has package '$got', want the resolved dependency xpkg.crossplane.io/$repo:$tag"
+	pulled=$(kc get functions.pkg.crossplane.io "$name" -o jsonpath='{.status.resolvedPackage}')
+	[[ $pulled == "$POD_REGISTRY/$repo:$tag" ]] ||
+		ndie "Function $name was pulled as '$pulled', want $POD_REGISTRY/$repo:$tag (the ImageConfig's rewrite)"
+	nlog "Function $name installed by dependency resolution: $got, pulled as $pulled"
 done
 rev=$(kc get providers.pkg.crossplane.io provider-kvm -o jsonpath='{.status.currentRevision}')
 for ((i = 0; i < 240; i++)); do

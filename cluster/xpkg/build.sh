@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Build the project's three Crossplane packages offline, with the real CLI and no Docker:
+# Build the project's three Crossplane packages offline, without Docker, with crossplane-runtime's
+# package builder (cluster/xpkg/mkxpkg):
 #
-#   _output/xpkg/provider-kvm.xpkg             package/crossplane.yaml + package/crds, with the
-#                                              runtime image of cmd/provider
-#   _output/xpkg/function-kvm-proxy.xpkg       package/function/crossplane.yaml, with the runtime
-#                                              image of cmd/function
+#   _output/xpkg/provider-kvm-ARCH.xpkg        package/crossplane.yaml + package/crds, with the
+#                                              linux/ARCH runtime image of cmd/provider
+#   _output/xpkg/function-kvm-proxy-ARCH.xpkg  package/function/crossplane.yaml, with the
+#                                              linux/ARCH runtime image of cmd/function
 #   _output/xpkg/configuration-kvm-proxy.xpkg  package/configuration: meta, XRDs, Compositions
+#
+# ARCH is amd64 and arm64. The per-platform packages of one name pushed together make a
+# multi-platform package (an OCI image index):
+#   crossplane xpkg push -f _output/xpkg/provider-kvm-amd64.xpkg,_output/xpkg/provider-kvm-arm64.xpkg REF
 #
 #   cluster/xpkg/build.sh            # what `make xpkg` runs (after `make tools`)
 #
@@ -13,20 +18,21 @@
 #   XPKG_OUTPUT_DIR  where the .xpkg files go (default _output/xpkg in the repository)
 #   VERSION          version stamped into the binaries and the image tags (default: the release
 #                    tag on HEAD, else v0.1.0, which the Configuration's constraints accept)
-#   CROSSPLANE_CLI   the crossplane CLI (default ${XDG_CACHE_HOME:-~/.cache}/provider-kvm/bin/crossplane,
-#                    built by cluster/crossplane/build.sh)
-#   PROVIDER_BIN, FUNCTION_BIN
-#                    package these files instead of building cmd/provider and cmd/function
-#                    (test/crossplane uses small stand-ins to stay fast)
+#   XPKG_ARCHES      the platforms' architectures (default "amd64 arm64"; "amd64" skips the
+#                    arm64 cross-compile where only amd64 nodes run the packages)
+#   PROVIDER_CMD, FUNCTION_CMD
+#                    build these Go packages instead of ./cmd/provider and ./cmd/function
+#                    (test/crossplane uses a small stand-in to stay fast)
 #   CA_BUNDLE        CA certificates copied into the provider's image, so that BaseImages can
 #                    be fetched over https (default /etc/ssl/certs/ca-certificates.crt; empty: none)
 #
-# Each runtime image is one layer with one static binary (CGO_ENABLED=0, -trimpath), made by
-# cluster/xpkg/mkimage. `crossplane xpkg build` also lints each package. Every package is built
-# from a staging directory holding exactly the files that belong in it, because the CLI takes
-# every YAML file under --package-root (package/ holds the function's and the configuration's
-# folders too) and would pick up ./examples unless told otherwise; each package's examples are
-# staged the same way.
+# Each runtime image is one layer with one static binary (CGO_ENABLED=0, -trimpath, cross-compiled
+# for each ARCH), made by cluster/xpkg/mkimage. mkxpkg lints each package as Crossplane does and
+# keeps every field of the XRDs, which `crossplane xpkg build` v2.2.1 does not (it drops their
+# scale subresource, decision 78). Every package is built from a staging directory holding
+# exactly the files that belong in it, because the builder takes every YAML file under its
+# package root (package/ holds the function's and the configuration's folders too); each
+# package's examples are staged the same way.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,31 +44,39 @@ export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
 
 VERSION=${VERSION:-$(git describe --tags --exact-match 2>/dev/null || echo v0.1.0)}
-CLI=${CROSSPLANE_CLI:-${XDG_CACHE_HOME:-$HOME/.cache}/provider-kvm/bin/crossplane}
+read -r -a ARCHES <<<"${XPKG_ARCHES:-amd64 arm64}"
 CA_BUNDLE=${CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}
 LDFLAGS="-s -w -X github.com/provider-kvm/provider-kvm/internal/version.Version=$VERSION"
 REGISTRY=xpkg.crossplane.io/provider-kvm
 
 log() { printf '[xpkg] %s\n' "$*" >&2; }
 
-[[ -x $CLI ]] || {
-	log "no crossplane CLI at $CLI: run 'make tools' (cluster/crossplane/build.sh) or set CROSSPLANE_CLI"
+for arch in "${ARCHES[@]}"; do
+	[[ $arch == amd64 || $arch == arm64 ]] || {
+		log "XPKG_ARCHES: unknown architecture $arch (amd64, arm64)"
+		exit 1
+	}
+done
+[[ ${#ARCHES[@]} -gt 0 ]] || {
+	log "XPKG_ARCHES is empty"
 	exit 1
 }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/provider-kvm-xpkg.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-log "version $VERSION; building binaries"
+log "version $VERSION; building binaries for linux/{${ARCHES[*]}}"
 mkdir -p "$WORK/bin"
-(cd cluster/xpkg/mkimage && go build -o "$WORK/bin/mkimage" .) # a module of its own
-for cmd in provider function; do
-	prebuilt=${cmd^^}_BIN
-	if [[ -n ${!prebuilt:-} ]]; then
-		cp "${!prebuilt}" "$WORK/bin/$cmd"
-	else
-		CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "$LDFLAGS" -o "$WORK/bin/$cmd" "./cmd/$cmd"
-	fi
+(cd cluster/xpkg/mkimage && go build -o "$WORK/bin/mkimage" .) # modules of their own
+(cd cluster/xpkg/mkxpkg && go build -o "$WORK/bin/mkxpkg" .)
+for arch in "${ARCHES[@]}"; do
+	for cmd in provider function; do
+		pkg=${cmd^^}_CMD
+		t0=$SECONDS
+		CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "$LDFLAGS" \
+			-o "$WORK/bin/$cmd-$arch" "${!pkg:-./cmd/$cmd}"
+		log "$cmd linux/$arch built in $((SECONDS - t0))s"
+	done
 done
 
 ca=()
@@ -73,10 +87,12 @@ if [[ -n $CA_BUNDLE ]]; then
 	}
 	ca=(-file "$CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt")
 fi
-"$WORK/bin/mkimage" -binary "$WORK/bin/provider" -path /usr/local/bin/provider \
-	-tag "$REGISTRY/provider-kvm:$VERSION" "${ca[@]}" -o "$WORK/bin/provider-image.tar"
-"$WORK/bin/mkimage" -binary "$WORK/bin/function" -path /usr/local/bin/function \
-	-tag "$REGISTRY/function-kvm-proxy:$VERSION" -o "$WORK/bin/function-image.tar"
+for arch in "${ARCHES[@]}"; do
+	"$WORK/bin/mkimage" -binary "$WORK/bin/provider-$arch" -path /usr/local/bin/provider -arch "$arch" \
+		-tag "$REGISTRY/provider-kvm:$VERSION-$arch" "${ca[@]}" -o "$WORK/bin/provider-image-$arch.tar"
+	"$WORK/bin/mkimage" -binary "$WORK/bin/function-$arch" -path /usr/local/bin/function -arch "$arch" \
+		-tag "$REGISTRY/function-kvm-proxy:$VERSION-$arch" -o "$WORK/bin/function-image-$arch.tar"
+done
 
 # stage NAME FILE... copies the files (paths relative to package/) into $WORK/NAME.
 stage() {
@@ -112,20 +128,26 @@ examples provider provider baseimage seedvolume kvmdomain
 examples configuration proxy app rbac
 mkdir -p "$WORK/examples-function"
 
-# xpkg NAME ROOT EXAMPLES [IMAGE]: build $OUT/NAME.xpkg from ROOT with the examples in EXAMPLES,
-# embedding IMAGE if given.
-xpkg() {
-	local name=$1 root=$2 examples=$3 image=${4:-}
-	local args=(xpkg build --package-root="$root" --examples-root="$examples"
-		--package-file="$OUT/$name.xpkg")
-	[[ -z $image ]] || args+=(--embed-runtime-image-tarball="$image")
-	rm -f "$OUT/$name.xpkg"
-	"$CLI" "${args[@]}"
-}
-xpkg provider-kvm "$WORK/provider" "$WORK/examples-provider" "$WORK/bin/provider-image.tar"
-xpkg function-kvm-proxy "$WORK/function/function" "$WORK/examples-function" "$WORK/bin/function-image.tar"
-xpkg configuration-kvm-proxy "$WORK/configuration/configuration" "$WORK/examples-configuration"
+# What an earlier build left (another XPKG_ARCHES, the single-platform names before
+# multi-platform packages) would be pushed with this build's packages: gone first.
+rm -f "$OUT"/provider-kvm*.xpkg "$OUT"/function-kvm-proxy*.xpkg "$OUT"/configuration-kvm-proxy*.xpkg
 
-for name in provider-kvm function-kvm-proxy configuration-kvm-proxy; do
-	printf '%-50s %8s bytes\n' "$OUT/$name.xpkg" "$(stat -c %s "$OUT/$name.xpkg")"
+# xpkg FILE ROOT EXAMPLES [IMAGE]: build $OUT/FILE from ROOT with the examples in EXAMPLES,
+# embedding the runtime image IMAGE if given.
+xpkg() {
+	local args=(-package-root "$2" -examples-root "$3" -o "$OUT/$1")
+	[[ -z ${4:-} ]] || args+=(-runtime-image "$4")
+	"$WORK/bin/mkxpkg" "${args[@]}"
+}
+files=()
+for arch in "${ARCHES[@]}"; do
+	xpkg "provider-kvm-$arch.xpkg" "$WORK/provider" "$WORK/examples-provider" "$WORK/bin/provider-image-$arch.tar"
+	xpkg "function-kvm-proxy-$arch.xpkg" "$WORK/function/function" "$WORK/examples-function" "$WORK/bin/function-image-$arch.tar"
+	files+=("provider-kvm-$arch.xpkg" "function-kvm-proxy-$arch.xpkg")
+done
+xpkg configuration-kvm-proxy.xpkg "$WORK/configuration/configuration" "$WORK/examples-configuration"
+files+=(configuration-kvm-proxy.xpkg)
+
+for f in "${files[@]}"; do
+	printf '%-55s %8s bytes\n' "$OUT/$f" "$(stat -c %s "$OUT/$f")"
 done

@@ -68,7 +68,13 @@ type result struct {
 // command that cannot start at all, or that times out, fails the test.
 func run(t *testing.T, dir string, env []string, name string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	return runFor(t, cmdTimeout, dir, env, name, args...)
+}
+
+// runFor is run with its own bound instead of cmdTimeout.
+func runFor(t *testing.T, timeout time.Duration, dir string, env []string, name string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir

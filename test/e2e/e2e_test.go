@@ -260,7 +260,7 @@ func TestE2E(t *testing.T) {
 	// Three changes to running Proxies that share nothing but host-a, side by side: the orphan
 	// sweep (it waits on the host status reads and boots nothing), the roll-out of egress-b (one
 	// boot on host-a) and replicas of team-b/build-cache (on hostB, its own image: two replicas,
-	// the second on host-a, then `kubectl patch` back to one; one boot).
+	// the second on host-a, then `kubectl scale` back to one; one boot).
 	step("changes", func(t *testing.T) {
 		t.Run("orphans", func(t *testing.T) {
 			t.Parallel()
@@ -278,7 +278,7 @@ func TestE2E(t *testing.T) {
 		})
 		t.Run("replicas-build-cache", func(t *testing.T) {
 			t.Parallel()
-			logf("  scale a running Proxy (team-b/build-cache): spec.replicas 2 puts a second VM on the other host; kubectl patch back to 1 removes it")
+			logf("  scale a running Proxy (team-b/build-cache): spec.replicas 2 puts a second VM on the other host; the scale subresource back to 1 removes it")
 			if err := e.checkReplicas(ctx, cases[2], hostB, hostA); err != nil {
 				t.Fatal(err)
 			}

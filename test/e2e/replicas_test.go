@@ -28,7 +28,7 @@ import (
 // spec.host) to two replicas by setting spec.replicas: the second replica is placed apart on
 // other (the platform's anti-affinity), with its own BaseImage there, and both are Ready and
 // in the EndpointSlice (status 2/2, a 204 through each guest). It then scales the Proxy back
-// to 1 with `kubectl patch proxy/NAME` (spec.replicas), as a user does: the
+// to 1 with `kubectl scale proxy/NAME --replicas=1` (the scale subresource), as a user does: the
 // second replica's KVMDomain, SeedVolume and BaseImage leave the API, its domain, overlay,
 // seed and NVRAM leave its host, and replica 0 serves on as before. One extra guest boot.
 func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other string) error {
@@ -114,14 +114,19 @@ func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other strin
 	}
 	r1Image := imageOf(r1, "")
 
-	// Back to one replica with kubectl, as a user does. Not `kubectl scale`: the Crossplane
-	// CLI (v2.2.1) that builds the Configuration package drops the XRD's scale subresource
-	// (decision 68), so the installed Proxy CRD serves none.
+	// The scale subresource, read and written with kubectl as a user does.
 	t1 := time.Now()
-	if _, err := e.kubectl(ctx, "-n", pc.ns, "patch", "proxy/"+pc.name, "--type=merge", "-p", `{"spec":{"replicas":1}}`); err != nil {
-		return fmt.Errorf("%s: kubectl patch spec.replicas=1: %w", pc.label(), err)
+	got, err := e.kubectl(ctx, "-n", pc.ns, "get", "proxy/"+pc.name, "--subresource=scale", "-o", "jsonpath={.spec.replicas}/{.status.replicas}")
+	if err != nil {
+		return fmt.Errorf("%s: cannot read the scale subresource: %w", pc.label(), err)
 	}
-	logf("  %s: kubectl patch proxy/%s spec.replicas=1", pc.label(), pc.name)
+	if got != "2/2" {
+		return fmt.Errorf("%s: the scale subresource says spec.replicas/status.replicas %s, want 2/2", pc.label(), got)
+	}
+	if _, err := e.kubectl(ctx, "-n", pc.ns, "scale", "proxy/"+pc.name, "--replicas=1"); err != nil {
+		return fmt.Errorf("%s: kubectl scale --replicas=1: %w", pc.label(), err)
+	}
+	logf("  %s: kubectl scale proxy/%s --replicas=1", pc.label(), pc.name)
 	if err := waitFor(ctx, pc.label()+"'s second replica to be gone", 2*time.Second, e.cfg.DeleteTimeout, func(ctx context.Context) error {
 		var left []string
 		for _, o := range []client.Object{&v1alpha1.KVMDomain{}, &v1alpha1.SeedVolume{}, &v1alpha1.BaseImage{}} {

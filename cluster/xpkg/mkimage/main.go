@@ -2,14 +2,14 @@
 // without Docker or a registry: the tarball `crossplane xpkg build
 // --embed-runtime-image-tarball` takes (cluster/xpkg/build.sh).
 //
-//	mkimage -binary _output/provider -path /usr/local/bin/provider \
+//	mkimage -binary _output/provider -path /usr/local/bin/provider -arch amd64 \
 //	  -tag xpkg.crossplane.io/provider-kvm/provider-kvm:v0.1.0 \
 //	  -file /etc/ssl/certs/ca-certificates.crt=/etc/ssl/certs/ca-certificates.crt \
 //	  -o provider-image.tar
 //
 // The image has one layer: the binary at -path (also the entrypoint), a world-writable
 // /tmp (the provider stages seed ISOs there), and any -file. It runs as 65532:65532 on
-// linux/amd64. Every timestamp is the Unix epoch and the layer is written in a fixed order,
+// linux/-arch (amd64 or arm64; the binary must be built for it). Every timestamp is the Unix epoch and the layer is written in a fixed order,
 // so the same inputs give the same image digest.
 package main
 
@@ -67,6 +67,7 @@ func run(args []string) error {
 	at := fs.String("path", "/usr/local/bin/app", "absolute path of the binary in the image; also the entrypoint")
 	tag := fs.String("tag", "example.invalid/app:v0.0.0", "image reference recorded in the tarball")
 	out := fs.String("o", "image.tar", "output tarball")
+	arch := fs.String("arch", "amd64", "the image's architecture (linux/ARCH): amd64 or arm64")
 	extra := fileFlags{}
 	fs.Var(extra, "file", "extra file SRC=/DST to add (mode 0644); repeatable")
 	if err := fs.Parse(args); err != nil {
@@ -74,6 +75,9 @@ func run(args []string) error {
 	}
 	if *bin == "" {
 		return errors.New("-binary is required")
+	}
+	if !knownArch(*arch) {
+		return fmt.Errorf("-arch %q: want one of amd64, arm64", *arch)
 	}
 	files := map[string]File{}
 	data, err := os.ReadFile(*bin)
@@ -88,7 +92,7 @@ func run(args []string) error {
 		}
 		files[dst] = File{Data: b, Mode: 0o644}
 	}
-	img, err := Image(files, *at)
+	img, err := Image(files, *at, *arch)
 	if err != nil {
 		return err
 	}
@@ -108,9 +112,12 @@ type File struct {
 	Mode int64
 }
 
-// Image returns a linux/amd64 image with one layer holding files (keyed by absolute path)
+// knownArch reports whether an image may be built for arch: the architectures the packages ship.
+func knownArch(arch string) bool { return arch == "amd64" || arch == "arm64" }
+
+// Image returns a linux/arch image with one layer holding files (keyed by absolute path)
 // and /tmp, whose entrypoint is entrypoint, running as User.
-func Image(files map[string]File, entrypoint string) (v1.Image, error) {
+func Image(files map[string]File, entrypoint, arch string) (v1.Image, error) {
 	if _, ok := files[entrypoint]; !ok {
 		return nil, fmt.Errorf("the entrypoint %s is not one of the image's files", entrypoint)
 	}
@@ -136,7 +143,7 @@ func Image(files map[string]File, entrypoint string) (v1.Image, error) {
 		return nil, fmt.Errorf("cannot read the image config: %w", err)
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.OS, cf.Architecture = "linux", arch
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config.Entrypoint = []string{entrypoint}
 	cf.Config.User = User

@@ -24,6 +24,12 @@ type entry struct {
 }
 
 func TestRunWritesARunnableImageTarball(t *testing.T) {
+	for _, arch := range []string{"amd64", "arm64"} {
+		t.Run(arch, func(t *testing.T) { testRunWritesImage(t, arch) })
+	}
+}
+
+func testRunWritesImage(t *testing.T, arch string) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "app")
 	if err := os.WriteFile(bin, []byte("#!not really a binary\n"), 0o755); err != nil {
@@ -36,7 +42,7 @@ func TestRunWritesARunnableImageTarball(t *testing.T) {
 	out := filepath.Join(dir, "image.tar")
 	tag := "example.invalid/team/app:v1.2.3"
 	if err := run([]string{"-binary", bin, "-path", "/usr/local/bin/app", "-tag", tag,
-		"-file", ca + "=/etc/ssl/certs/ca-certificates.crt", "-o", out}); err != nil {
+		"-file", ca + "=/etc/ssl/certs/ca-certificates.crt", "-arch", arch, "-o", out}); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 
@@ -58,7 +64,7 @@ func TestRunWritesARunnableImageTarball(t *testing.T) {
 		Created                    time.Time
 	}
 	gotCfg := config{cf.OS, cf.Architecture, cf.Config.User, cf.Config.WorkingDir, cf.Config.Entrypoint, cf.Created.UTC()}
-	wantCfg := config{"linux", "amd64", "65532:65532", "/", []string{"/usr/local/bin/app"}, time.Unix(0, 0).UTC()}
+	wantCfg := config{"linux", arch, "65532:65532", "/", []string{"/usr/local/bin/app"}, time.Unix(0, 0).UTC()}
 	if d := cmp.Diff(wantCfg, gotCfg); d != "" {
 		t.Errorf("image config (-want +got):\n%s", d)
 	}
@@ -112,7 +118,7 @@ func TestRunWritesARunnableImageTarball(t *testing.T) {
 func TestImageIsReproducible(t *testing.T) {
 	files := map[string]File{"/app": {Data: []byte("x"), Mode: 0o755}}
 	digest := func() string {
-		img, err := Image(files, "/app")
+		img, err := Image(files, "/app", "amd64")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,6 +147,7 @@ func TestRunRejects(t *testing.T) {
 		"bad tag":            {"-binary", bin, "-tag", "Not A Tag", "-o", out},
 		"file without dest":  {"-binary", bin, "-file", bin, "-o", out},
 		"file relative dest": {"-binary", bin, "-file", bin + "=etc/x", "-o", out},
+		"unknown arch":       {"-binary", bin, "-arch", "s390x", "-o", out},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := run(args); err == nil {
