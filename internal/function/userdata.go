@@ -28,15 +28,34 @@ var GuestPackages = []string{"squid", "qemu-guest-agent"}
 // no apt-get update, no network, no time.
 const PackagesConfig = "/etc/cloud/cloud.cfg.d/90-provider-kvm-packages.cfg"
 
+// The guest's apt configuration when the platform names apt sources (ProxyPolicy
+// packages.aptSources) and a package is missing: AptSourcesConf points apt at AptSourcesList
+// (the platform's lines) and the empty AptSourcesParts instead of the image's sources.list and
+// sources.list.d, so apt-get update asks the platform's mirror alone (the image's would fail
+// on a guest network with no way out). The image's own files stay as they were.
+const (
+	AptSourcesConf  = "/etc/apt/apt.conf.d/90provider-kvm-sources"
+	AptSourcesList  = "/etc/apt/provider-kvm-sources.list"
+	AptSourcesParts = "/etc/apt/provider-kvm-sources.list.d"
+)
+
 // packagesCheck is bootcmd's shell script: it lists the missing GuestPackages in
-// PackagesConfig, or removes the file when none is missing (a later boot of an instance whose
-// packages were installed). cloud-init passes the packages after "sh -c SCRIPT sh".
-const packagesCheck = `missing=""
+// PackagesConfig, with the platform's apt sources when there are any, or removes the file when
+// none is missing (a later boot of an instance whose packages were installed). cloud-init
+// passes "sh -c SCRIPT sh SOURCES PACKAGE...", SOURCES empty for the image's own.
+const packagesCheck = `src=$1
+shift
+missing=""
 for p in "$@"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing${missing:+, }$p"
 done
 if [ -n "$missing" ]; then
   printf '# provider-kvm: packages the image lacks, installed by cloud-init at first boot\npackages: [%s]\n' "$missing" >` + PackagesConfig + `
+  if [ -n "$src" ]; then
+    mkdir -p ` + AptSourcesParts + `
+    printf '%s\n' "$src" >` + AptSourcesList + `
+    printf '// provider-kvm: the platform'"'"'s apt sources (ProxyPolicy packages.aptSources)\nDir::Etc::SourceList "%s";\nDir::Etc::SourceParts "%s";\n' ` + AptSourcesList + ` ` + AptSourcesParts + ` >` + AptSourcesConf + `
+  fi
 else
   rm -f ` + PackagesConfig + `
 fi`
@@ -62,7 +81,8 @@ type writeFile struct {
 // missing, nothing happens when present), the squid configuration as a file, the SSH keys, and
 // commands that make squid listen on the proxy's port only and (re)start it now and at every
 // boot. The image must be Debian's (apt, dpkg) with cloud-init; a stock genericcloud image
-// needs a reachable Debian mirror at first boot, an image with both packages nothing.
+// needs a reachable Debian mirror at first boot (its own sources', or p.AptSources), an image
+// with both packages nothing.
 func UserData(p Proxy, hostname string) (string, error) {
 	files := []writeFile{{
 		Path:        SquidConfPath,
@@ -74,7 +94,7 @@ func UserData(p Proxy, hostname string) (string, error) {
 		files = append(files, writeFile{Path: SquidErrorPagesDir + "/" + pg.Name, Owner: "root:root", Permissions: "0644", Content: pg.Content})
 	}
 	cc := cloudConfig{
-		BootCmd:           [][]string{append([]string{"sh", "-c", packagesCheck, "sh"}, GuestPackages...)},
+		BootCmd:           [][]string{append([]string{"sh", "-c", packagesCheck, "sh", p.AptSources}, GuestPackages...)},
 		WriteFiles:        files,
 		SSHAuthorizedKeys: p.SSHAuthorizedKeys,
 		RunCmd: [][]string{
