@@ -109,11 +109,12 @@ func checkAptSources(s string) string {
 	}
 	debs := 0
 	for i, l := range strings.Split(s, "\n") {
+		if strings.ContainsFunc(l, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			return fmt.Sprintf("line %d has a control character", i+1)
+		}
 		l = strings.TrimSpace(l)
 		switch {
 		case l == "" || strings.HasPrefix(l, "#"):
-		case strings.ContainsFunc(l, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }):
-			return fmt.Sprintf("line %d has a control character", i+1)
 		case !reAptSource.MatchString(l):
 			return fmt.Sprintf("line %d %q is not an apt source such as \"deb http://mirror.example.internal/debian bookworm main\" (one-line style: deb [OPTIONS] URI SUITE [COMPONENT...])", i+1, l)
 		default:

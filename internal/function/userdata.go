@@ -40,25 +40,27 @@ const (
 )
 
 // packagesCheck is bootcmd's shell script: it lists the missing GuestPackages in
-// PackagesConfig, with the platform's apt sources when there are any, or removes the file when
-// none is missing (a later boot of an instance whose packages were installed). cloud-init
-// passes "sh -c SCRIPT sh SOURCES PACKAGE...", SOURCES empty for the image's own.
-const packagesCheck = `src=$1
-shift
-missing=""
+// PackagesConfig, or removes the file when none is missing (a later boot of an instance whose
+// packages were installed). cloud-init passes the packages after "sh -c SCRIPT sh".
+const packagesCheck = `missing=""
 for p in "$@"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing${missing:+, }$p"
 done
 if [ -n "$missing" ]; then
   printf '# provider-kvm: packages the image lacks, installed by cloud-init at first boot\npackages: [%s]\n' "$missing" >` + PackagesConfig + `
-  if [ -n "$src" ]; then
-    mkdir -p ` + AptSourcesParts + `
-    printf '%s\n' "$src" >` + AptSourcesList + `
-    printf '// provider-kvm: the platform'"'"'s apt sources (ProxyPolicy packages.aptSources)\nDir::Etc::SourceList "%s";\nDir::Etc::SourceParts "%s";\n' ` + AptSourcesList + ` ` + AptSourcesParts + ` >` + AptSourcesConf + `
-  fi
 else
   rm -f ` + PackagesConfig + `
 fi`
+
+// aptSourcesScript is bootcmd's second script, there only when the platform names apt
+// sources: after packagesCheck, when it listed packages to install, it writes the sources and
+// points apt at them alone. cloud-init passes the sources after "sh -c SCRIPT sh". A Proxy
+// without platform sources keeps the user-data it had before the setting existed (the same
+// generation: no VM is replaced for it).
+const aptSourcesScript = `[ -e ` + PackagesConfig + ` ] || exit 0
+mkdir -p ` + AptSourcesParts + `
+printf '%s\n' "$1" >` + AptSourcesList + `
+printf '// provider-kvm: the platform'"'"'s apt sources (ProxyPolicy packages.aptSources)\nDir::Etc::SourceList "%s";\nDir::Etc::SourceParts "%s";\n' ` + AptSourcesList + ` ` + AptSourcesParts + ` >` + AptSourcesConf
 
 // cloudConfig is the subset of cloud-init's #cloud-config that a proxy needs. It is encoded
 // with a YAML encoder, never by pasting strings, so no user-given value can add YAML keys.
@@ -94,7 +96,7 @@ func UserData(p Proxy, hostname string) (string, error) {
 		files = append(files, writeFile{Path: SquidErrorPagesDir + "/" + pg.Name, Owner: "root:root", Permissions: "0644", Content: pg.Content})
 	}
 	cc := cloudConfig{
-		BootCmd:           [][]string{append([]string{"sh", "-c", packagesCheck, "sh", p.AptSources}, GuestPackages...)},
+		BootCmd:           [][]string{append([]string{"sh", "-c", packagesCheck, "sh"}, GuestPackages...)},
 		WriteFiles:        files,
 		SSHAuthorizedKeys: p.SSHAuthorizedKeys,
 		RunCmd: [][]string{
@@ -110,6 +112,9 @@ func UserData(p Proxy, hostname string) (string, error) {
 			// no-op, and --no-block waits for nothing.
 			{"systemctl", "start", "--no-block", "qemu-guest-agent"},
 		},
+	}
+	if p.AptSources != "" {
+		cc.BootCmd = append(cc.BootCmd, []string{"sh", "-c", aptSourcesScript, "sh", p.AptSources})
 	}
 	y, err := yaml.Marshal(cc)
 	if err != nil {

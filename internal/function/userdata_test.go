@@ -23,7 +23,7 @@ func TestUserDataPackagesCheck(t *testing.T) {
 		t.Skip("no sh")
 	}
 	const mirror = "deb [trusted=yes] http://192.168.122.1:8205/ ./\n# the platform's own\ndeb http://mirror.example.internal/debian bookworm main"
-	bootcmd := func(t *testing.T, sources string) []string {
+	bootcmd := func(t *testing.T, sources string) [][]string {
 		t.Helper()
 		p, err := ProxySpec{Image: ImageSpec{BaseImageName: "deb"}}.Validate()
 		if err != nil {
@@ -38,13 +38,27 @@ func TestUserDataPackagesCheck(t *testing.T) {
 		if err := yaml.UnmarshalStrict([]byte(ud), &cc); err != nil {
 			t.Fatal(err)
 		}
-		if len(cc.BootCmd) != 1 || len(cc.BootCmd[0]) < 5 || cc.BootCmd[0][0] != "sh" || cc.BootCmd[0][1] != "-c" {
-			t.Fatalf("bootcmd is not one sh -c script: %q", cc.BootCmd)
+		want := 1 // the check alone; a second script with the platform's sources
+		if sources != "" {
+			want = 2
 		}
-		if d := cmp.Diff(append([]string{sources}, GuestPackages...), cc.BootCmd[0][4:]); d != "" {
-			t.Fatalf("bootcmd's sources and packages (-want +got):\n%s", d)
+		if len(cc.BootCmd) != want {
+			t.Fatalf("bootcmd has %d entries, want %d: %q", len(cc.BootCmd), want, cc.BootCmd)
 		}
-		return cc.BootCmd[0]
+		for _, c := range cc.BootCmd {
+			if len(c) < 5 || c[0] != "sh" || c[1] != "-c" || c[3] != "sh" {
+				t.Fatalf("bootcmd entry is not an sh -c script with arguments: %q", c)
+			}
+		}
+		if d := cmp.Diff(GuestPackages, cc.BootCmd[0][4:]); d != "" {
+			t.Fatalf("bootcmd's packages (-want +got):\n%s", d)
+		}
+		if sources != "" {
+			if d := cmp.Diff([]string{sources}, cc.BootCmd[1][4:]); d != "" {
+				t.Fatalf("bootcmd's sources (-want +got):\n%s", d)
+			}
+		}
+		return cc.BootCmd
 	}
 	cases := map[string]struct {
 		reason    string
@@ -101,12 +115,16 @@ func TestUserDataPackagesCheck(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			args := append([]string{}, cmdline[1:]...)
-			args[1] = strings.NewReplacer(PackagesConfig, conf, AptSourcesConf, aptConf, AptSourcesList, aptList, AptSourcesParts, aptParts).Replace(args[1])
-			cmd := exec.Command(sh, args...)
-			cmd.Env = []string{"PATH=" + bin + ":" + os.Getenv("PATH")}
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("bootcmd: %v\n%s", err, out)
+			// cloud-init runs bootcmd's entries in order, each one a shell command.
+			paths := strings.NewReplacer(PackagesConfig, conf, AptSourcesConf, aptConf, AptSourcesList, aptList, AptSourcesParts, aptParts)
+			for _, c := range cmdline {
+				args := append([]string{}, c[1:]...)
+				args[1] = paths.Replace(args[1])
+				cmd := exec.Command(sh, args...)
+				cmd.Env = []string{"PATH=" + bin + ":" + os.Getenv("PATH")}
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("bootcmd %q: %v\n%s", c[2], err, out)
+				}
 			}
 			var got []string
 			if b, err := os.ReadFile(conf); err == nil {
