@@ -191,9 +191,10 @@ func seconds(out, label string) float64 {
 }
 
 // blame is the duration cloud-init's analyze blame gives a module, such as
-// "config-package-update-upgrade-install"; -1 when it is not listed.
+// "config-package-update-upgrade-install" (listed as "modules-final/config-..."); -1 when it is
+// not listed.
 func blame(out, module string) float64 {
-	m := regexp.MustCompile(`guest\| blame +([0-9.]+)s \(` + regexp.QuoteMeta(module) + `\)`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`guest\| blame +([0-9.]+)s \((?:[a-z-]+/)?` + regexp.QuoteMeta(module) + `\)`).FindStringSubmatch(out)
 	if m == nil {
 		return -1
 	}
