@@ -25,7 +25,8 @@ grep -c 'apt-get' /var/log/cloud-init.log | sed 's/^/apt-get-calls /'
 // TestPresentPackagesBootCost boots the test image (squid and the guest agent installed) with a
 // Proxy's user-data and says what the package check costs the boot, measured inside the guest
 // (cloud-init's own timing of its bootcmd module; boot wall time under TCG varies by tens of
-// seconds). With -tags bench: make bench-boot-packages.
+// seconds), then boots it with boot-check.sh's own seed, which has no bootcmd, for comparison.
+// With -tags bench: make bench-boot-packages.
 func TestPresentPackagesBootCost(t *testing.T) {
 	e := testbed.Require(t)
 	image := os.Getenv("TESTBED_IMAGE")
@@ -63,6 +64,13 @@ func TestPresentPackagesBootCost(t *testing.T) {
 	if bc < 0 {
 		t.Errorf("cloud-init analyze blame lists no config-bootcmd")
 	}
-	t.Logf("TIMING packages present: bootcmd %.3fs, package module %.3fs (cloud-init analyze blame), start->204 %.1fs, test %.0fs",
-		bc, pk, seconds(out, "start->204"), time.Since(start).Seconds())
+	t.Logf("TIMING packages present, the Proxy's user-data: bootcmd %.3fs, package module %.3fs, runcmd (scripts-user) %.3fs (cloud-init analyze blame), start->204 %.1fs, test %.0fs",
+		bc, pk, blame(out, "config-scripts-user"), seconds(out, "start->204"), time.Since(start).Seconds())
+
+	// The baseline: boot-check.sh's own seed (no bootcmd), the same image and size.
+	start = time.Now()
+	base := bootCheck(t, "IMAGE="+image, "PORT="+strconv.Itoa(freePort(t, bridge)), "GUEST_EXEC="+presentReport)
+	t.Logf("TIMING packages present, boot-check's seed (no bootcmd): bootcmd %.3fs, package module %.3fs, runcmd (scripts-user) %.3fs, vendor-data %.3fs (cloud-init analyze blame), start->204 %.1fs, test %.0fs",
+		blame(base, "config-bootcmd"), blame(base, "config-package-update-upgrade-install"), blame(base, "config-scripts-user"),
+		blame(base, "config-scripts-vendor"), seconds(base, "start->204"), time.Since(start).Seconds())
 }
