@@ -48,7 +48,7 @@ func TestPresentPackagesBootCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	out := bootCheck(t, "IMAGE="+image, "USER_DATA="+ud, "VENDOR_DATA=none",
+	out := bootCheck(t, "IMAGE="+image, "USER_DATA="+ud, "VENDOR_DATA=none", "TIMEOUT=900",
 		"PORT="+strconv.Itoa(freePort(t, bridge)), "GUEST_EXEC="+presentReport)
 	for _, want := range []string{
 		"guest| status status: done",
@@ -69,7 +69,7 @@ func TestPresentPackagesBootCost(t *testing.T) {
 
 	// The baseline: boot-check.sh's own seed (no bootcmd), the same image and size.
 	start = time.Now()
-	base := bootCheck(t, "IMAGE="+image, "PORT="+strconv.Itoa(freePort(t, bridge)), "GUEST_EXEC="+presentReport)
+	base := bootCheck(t, "IMAGE="+image, "TIMEOUT=900", "PORT="+strconv.Itoa(freePort(t, bridge)), "GUEST_EXEC="+presentReport)
 	t.Logf("TIMING packages present, boot-check's seed (no bootcmd): bootcmd %.3fs, package module %.3fs, runcmd (scripts-user) %.3fs, vendor-data %.3fs (cloud-init analyze blame), start->204 %.1fs, test %.0fs",
 		blame(base, "config-bootcmd"), blame(base, "config-package-update-upgrade-install"), blame(base, "config-scripts-user"),
 		blame(base, "config-scripts-vendor"), seconds(base, "start->204"), time.Since(start).Seconds())
