@@ -159,9 +159,16 @@ func proxyUserData(t *testing.T, bridge, aptSources string) string {
 	return ud
 }
 
-// bootCheck runs cluster/testbed/boot-check.sh with env and returns its output.
+// bootCheck runs cluster/testbed/boot-check.sh with env and returns its output. The host's
+// load before and after goes to the log: under TCG it decides how long a boot takes.
 func bootCheck(t *testing.T, env ...string) string {
 	t.Helper()
+	load := func() string {
+		b, _ := os.ReadFile("/proc/loadavg")
+		return strings.TrimSpace(string(b))
+	}
+	t.Logf("host load before the boot: %s", load())
+	defer func() { t.Logf("host load after the boot: %s", load()) }()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
