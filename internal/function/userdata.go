@@ -24,7 +24,7 @@ var GuestPackages = []string{"squid", "qemu-guest-agent"}
 // some of GuestPackages: it lists them as cloud-init's `packages`, which its
 // package-update-upgrade-install module (final stage) installs with apt. Each cloud-init stage
 // reads /etc/cloud/cloud.cfg.d afresh, so the file written in the init stage counts in the
-// final stage. When every package is there, no file is written and that module does nothing:
+// final stage (shown in a real guest by test/stockimage, decision 82). When every package is there, no file is written and that module does nothing:
 // no apt-get update, no network, no time.
 const PackagesConfig = "/etc/cloud/cloud.cfg.d/90-provider-kvm-packages.cfg"
 
