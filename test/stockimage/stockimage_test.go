@@ -31,7 +31,7 @@ import (
 // timings, and the apt sources the guest used.
 const guestReport = `dpkg-query -W -f='pkg ${Package} ${Status}\n' squid qemu-guest-agent
 grep -E ' install (squid|qemu-guest-agent):' /var/log/dpkg.log | sed 's/^/dpkg.log /'
-cloud-init status --long | sed 's/^/status /'
+cloud-init status --wait --long | sed 's/^/status /'
 cloud-init analyze blame -i /var/log/cloud-init.log | sed 's/^/blame /'
 sed 's/^/aptconf /' ` + function.AptSourcesConf + `
 sed 's/^/aptsrc /' ` + function.AptSourcesList + `
