@@ -17,7 +17,7 @@ import (
 // presentReport: cloud-init's per-module timings once it is done (squid answers before the
 // final stage ends: runcmd restarts it, then enables it), and proof that the check found
 // nothing to install (no packages file, apt's configuration untouched).
-const presentReport = `cloud-init status --long | sed 's/^/status /'
+const presentReport = `cloud-init status --wait --long | sed 's/^/status /'
 cloud-init analyze blame -i /var/log/cloud-init.log | sed 's/^/blame /'
 ls ` + function.PackagesConfig + ` ` + function.AptSourcesConf + ` 2>&1 | sed 's/^/ls /'
 grep -c 'apt-get' /var/log/cloud-init.log | sed 's/^/apt-get-calls /'
