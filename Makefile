@@ -28,6 +28,10 @@ export TB
 # The Debian guest image the boot tests use, built once by cluster/testbed/image.sh.
 TESTBED_IMAGE ?= $(CACHE_DIR)/images/debian-12-testbed.qcow2
 export TESTBED_IMAGE
+# The image without squid and qemu-guest-agent (a stock image's stand-in) and, beside it,
+# debian-12-stock.repo: the local apt repository test/stockimage serves to its guest.
+TESTBED_STOCK_IMAGE ?= $(CACHE_DIR)/images/debian-12-stock.qcow2
+export TESTBED_STOCK_IMAGE
 
 # Users of the LAN bed (its checks, make e2e, make demo, bench-latency) take this lock in turn.
 LAN_LOCK ?= /tmp/lan.lock
@@ -128,6 +132,10 @@ testbed-up: packages ## Install and start libvirtd + sshd in network namespace k
 image: packages ## Build the Debian 12 guest image for boot tests (once; ~4 min cold).
 	cluster/testbed/image.sh "$(dir $(TESTBED_IMAGE))"
 
+.PHONY: image-stock
+image-stock: packages ## Build the guest image without squid and the guest agent, and a local apt repository of what it lacks (once; ~3 min cold).
+	cluster/testbed/stock-image.sh "$(dir $(TESTBED_STOCK_IMAGE))"
+
 .PHONY: boot-check
 boot-check: testbed-up image ## Boot the guest image with plain virsh to squid 204 (the baseline).
 	IMAGE="$(TESTBED_IMAGE)" cluster/testbed/boot-check.sh
@@ -164,7 +172,7 @@ test-unit: ## Unit tests only: no control plane, no test bed.
 # on 2 cores the two together slowed every boot past its bound (decision 56). The bed's output
 # is kept in _output/test/bed.log and printed when it has finished.
 .PHONY: test test-bed test-e2e-prep test-tools envtest-bins
-test: deps envtest-bins test-tools testbed-up image ## The README's test command: all tests with real parts (the test bed's suite, the LAN checks, then make e2e).
+test: deps envtest-bins test-tools testbed-up image image-stock ## The README's test command: all tests with real parts (the test bed's suite, the LAN checks, then make e2e).
 	@mkdir -p _output/test
 	@echo "make test: the test bed's suite runs in the background (log: _output/test/bed.log); make e2e's builds and the LAN checks here"
 	@bed=0 prep=0 e2e=0; \
@@ -187,7 +195,7 @@ test: deps envtest-bins test-tools testbed-up image ## The README's test command
 # keep holding it. It starts from a clean bed (ctl.sh reset): a run cut earlier may have left
 # test processes, domains and volumes behind. cluster/testbed/suite.sh runs the packages that keep
 # to their own objects (BED_PARALLEL at a time, 3 by default), then those that need the bed alone.
-test-bed: deps envtest-bins test-tools testbed-up image ## The Go tests on the NAT test bed (netns kvmhost), then the tool modules' tests.
+test-bed: deps envtest-bins test-tools testbed-up image image-stock ## The Go tests on the NAT test bed (netns kvmhost), then the tool modules' tests.
 	rm -f $(TB)/run/revived.log
 	CI="$${CI:-}" GO_TEST_FLAGS="$(GO_TEST_FLAGS)" flock -o /tmp/testbed.lock sh -c 'cluster/testbed/ctl.sh reset && exec cluster/testbed/run-in-netns.sh cluster/testbed/suite.sh' || { cat $(TB)/run/revived.log 2>/dev/null; exit 1; }
 	@cat $(TB)/run/revived.log 2>/dev/null || true
@@ -261,6 +269,14 @@ test-faults: deps controlplane testbed-up ## The whole fault suite: kill between
 bench-boot: deps controlplane testbed-up image ## Boot to squid 204: plain virsh, then through the provider; prints both.
 	IMAGE="$(TESTBED_IMAGE)" cluster/testbed/boot-check.sh | tail -n 1
 	cluster/testbed/run-in-netns.sh go test -count=1 -v -run TestKVMDomainBootsOnRealHost ./internal/controller/kvmdomain/ | grep -E 'TIMING|^(ok|FAIL|---)'
+
+# What the Proxy's package check adds to a boot of an image that has squid and the guest agent,
+# measured inside the guest (cloud-init's timing of its bootcmd), and the stock image's boot with
+# the install from the bed's local apt repository.
+.PHONY: bench-boot-packages
+bench-boot-packages: deps testbed-up image image-stock ## The package check's cost when present, and a stock image's boot with the install (two guest boots, ~6 min).
+	CI="$${CI:-}" flock -o /tmp/testbed.lock cluster/testbed/run-in-netns.sh go test -tags bench -count=1 -v -timeout 30m \
+		-run '^(TestPresentPackagesBootCost|TestStockImageInstallsSquid)$$' ./test/stockimage/ | grep -E 'TIMING|^(ok|FAIL|---)'
 
 .PHONY: run
 run: ## Run the provider out of cluster against $KUBECONFIG (install package/crds first).

@@ -5,6 +5,12 @@
 # refuses to run there). Afterwards it checks each package's proof (a command or a file).
 #   --check   install nothing; exit 1 naming what is missing (scripts that need packages call
 #             this, so a missing package is a clear message, never an apt-get in a namespace)
+#   --guest-debs ROOT OUTDIR PKG...
+#             install nothing on this machine: download into OUTDIR the .deb files that apt in
+#             the Debian tree ROOT (a guest image's build root, with its own sources and dpkg
+#             status) would install for PKG..., its dependency closure with Recommends, as
+#             cloud-init's apt-get would in the guest (cluster/testbed/stock-image.sh builds a
+#             local apt repository of them). The package lists go into ROOT, not this machine's.
 # Maintainer scripts are kept from starting services in the root namespace (policy-rc.d).
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "$0")")
@@ -27,6 +33,26 @@ in_netns() {
   done
   ! awk 'NR > 1 && $2 == "00000000" { found = 1 } END { exit !found }' /proc/net/route
 }
+
+if [[ ${1:-} == --guest-debs ]]; then
+  (($# >= 4)) || { log "usage: $0 --guest-debs ROOT OUTDIR PKG..." >&2; exit 2; }
+  root=$2 out=$3
+  shift 3
+  [[ -s $root/var/lib/dpkg/status && -d $root/etc/apt ]] || { log "$root is not a Debian tree" >&2; exit 1; }
+  if in_netns; then
+    log "refusing to run apt-get inside a network namespace (no DNS there): $*" >&2
+    exit 1
+  fi
+  mkdir -p "$out/partial" "$root/var/lib/apt/lists/partial" "$root/var/cache/apt/archives/partial"
+  # Dir=ROOT: ROOT's sources, lists, status and caches; the archives go to OUTDIR.
+  gapt() { apt-get -q -o Dir="$root" -o Dir::State::status="$root/var/lib/dpkg/status" \
+    -o Dir::Cache::archives="$out" -o APT::Install-Recommends=true -o APT::Sandbox::User=root -o Debug::NoLocking=true "$@"; }
+  gapt update >/dev/null
+  gapt install -y --download-only "$@" >/dev/null
+  rm -rf "$out/partial" "$out/lock"
+  log "$(find "$out" -maxdepth 1 -name '*.deb' | wc -l) .deb files for $* in $out"
+  exit 0
+fi
 
 missing=()
 unproven=()

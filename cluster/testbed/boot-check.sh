@@ -18,7 +18,10 @@
 #      /var/log/libvirt/qemu; on failure the console tail is printed either way), USER_DATA (a
 #      #cloud-config file used as the seed's user-data instead of the one below, e.g. what the
 #      composition function renders for a Proxy; its squid must admit the NAT subnet and reach
-#      the bridge's address on PORT).
+#      the bridge's address on PORT), VENDOR_DATA=none (no vendor-data: the user-data alone
+#      must enable squid and start the guest agent, as the Proxy's does), GUEST_EXEC (a shell
+#      command run in the guest through qemu-guest-agent once squid answered; its output is
+#      printed as `boot-check: guest| ...` lines and a failure fails the check).
 # libvirt is driven over the local unix socket (qemu:///system) from the root namespace; all
 # traffic to 192.168.122.x (curl, the 204 server) happens inside netns $TESTBED_NETNS.
 set -euo pipefail
@@ -132,8 +135,9 @@ systemctl start qemu-guest-agent.service
 systemctl enable --now squid.service
 echo "TESTBED-VENDOR-DATA-DONE $(date -u +%FT%TZ)" | tee /var/lib/testbed-vendor-data.done
 EOF
-genisoimage -quiet -output "$W/seed.iso" -volid cidata -joliet -rock \
-  "$W/user-data" "$W/meta-data" "$W/vendor-data"
+seedfiles=("$W/user-data" "$W/meta-data" "$W/vendor-data")
+if [ "${VENDOR_DATA:-}" = none ]; then seedfiles=("$W/user-data" "$W/meta-data"); fi
+genisoimage -quiet -output "$W/seed.iso" -volid cidata -joliet -rock "${seedfiles[@]}"
 v vol-create-as "$POOL" "$SEED_VOL" "$(stat -c%s "$W/seed.iso")" --format raw >/dev/null; made_seed=1
 v vol-upload --pool "$POOL" "$SEED_VOL" "$W/seed.iso"
 
@@ -237,6 +241,31 @@ while :; do
   fi
   sleep 0.5
 done
+# ------------------------------------------------------------------ GUEST_EXEC (agent)
+# guest-exec through the guest agent, retried while the agent is not up yet (60 s).
+agent() { v qemu-agent-command "$VM" "$1" 2>/dev/null; }
+jget() { "$PY" -c 'import json,sys; r=json.load(sys.stdin)["return"]; print(eval(sys.argv[1], {}, {"r": r}))' "$1"; }
+if [ -n "${GUEST_EXEC:-}" ]; then
+  req=$("$PY" -c 'import json,sys; print(json.dumps({"execute": "guest-exec", "arguments": {"path": "/bin/sh", "arg": ["-c", sys.argv[1]], "capture-output": True}}))' "$GUEST_EXEC")
+  gpid=""
+  for _ in $(seq 120); do
+    if out=$(agent "$req"); then gpid=$(printf '%s' "$out" | jget 'r["pid"]'); break; fi
+    sleep 0.5
+  done
+  [ -n "$gpid" ] || { log "GUEST_EXEC: the guest agent did not answer within 60 s"; exit 1; }
+  st=""
+  for _ in $(seq 240); do
+    st=$(agent "{\"execute\":\"guest-exec-status\",\"arguments\":{\"pid\":$gpid}}") || st=""
+    [ "$(printf '%s' "$st" | jget 'r["exited"]' 2>/dev/null)" = True ] && break
+    st=""; sleep 0.5
+  done
+  [ -n "$st" ] || { log "GUEST_EXEC: pid $gpid did not exit within 120 s"; exit 1; }
+  printf '%s' "$st" | jget '__import__("base64").b64decode(r.get("out-data", "")).decode(errors="replace")' | sed 's/^/boot-check: guest| /'
+  printf '%s' "$st" | jget '__import__("base64").b64decode(r.get("err-data", "")).decode(errors="replace")' | sed 's/^/boot-check: guest! /'
+  code=$(printf '%s' "$st" | jget 'r.get("exitcode", -1)')
+  [ "$code" = 0 ] || { log "GUEST_EXEC exited $code"; exit 1; }
+fi
+
 OK=1
 log "guest $IP (via $SRC), virt=$VIRT firmware=efi vcpus=$VCPUS mem=${MEM_MB}MiB"
 log "timeline (s from virsh start): running=$(since "$T_RUN") lease-ip=$(since "$T_LEASE") agent-ip=$(since "$T_AGENT") squid-204=$(since "$T_204")"

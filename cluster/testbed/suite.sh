@@ -30,7 +30,7 @@ MOD=$(go list -m)
 # Phase 2: alone, one at a time.
 EXCLUSIVE=(internal/domainevents internal/host internal/controller/hoststatus test/fairness test/scale)
 # Phase 1 starts these first: the longest packages, so that the short ones fill the other lanes.
-LONGEST=(test/tenancy internal/controller/kvmdomain internal/imagecache test/faults
+LONGEST=(test/tenancy test/stockimage internal/controller/kvmdomain internal/imagecache test/faults
 	internal/controller/baseimage internal/controller/seedvolume)
 if [[ -n ${FAULTS_FULL:-} ]]; then
 	EXCLUSIVE+=(test/faults)

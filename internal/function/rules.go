@@ -50,6 +50,7 @@ type Rules struct {
 	AllowSquidDirectives, AllowSSHKeys    bool
 	Probe                                 *ppv1.Probe // nil: Proxies without a probe get a TCP probe
 	Destinations                          Destinations
+	AptSources                            string // the guest's apt sources when it installs packages; "": the image's
 }
 
 // Destinations are where a Proxy's clients may go: the squid rules the function writes.
@@ -90,6 +91,38 @@ func checkDomain(d string) string {
 		}
 	case !reDomain.MatchString(d):
 		return fmt.Sprintf("%q is not a lower-case domain name such as example.com or .example.com (the leading dot takes every name under it), nor an IPv4 address", d)
+	}
+	return ""
+}
+
+// reAptSource is one line of apt's one-line sources format as the policy accepts it: deb or
+// deb-src, optional [options], a URI with a scheme, a suite, and any components.
+var reAptSource = regexp.MustCompile(`^deb(-src)?[ \t]+(\[[^]\[]*\][ \t]+)?[a-z][a-z0-9+.-]*:[^ \t]+([ \t]+[^ \t]+)+$`)
+
+const maxAptSourcesLen = 4096
+
+// checkAptSources says what is wrong with the policy's apt sources, or "" when they are fine
+// (or empty: the image's own sources).
+func checkAptSources(s string) string {
+	if len(s) > maxAptSourcesLen {
+		return fmt.Sprintf("must be at most %d characters", maxAptSourcesLen)
+	}
+	debs := 0
+	for i, l := range strings.Split(s, "\n") {
+		if strings.ContainsFunc(l, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			return fmt.Sprintf("line %d has a control character", i+1)
+		}
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "" || strings.HasPrefix(l, "#"):
+		case !reAptSource.MatchString(l):
+			return fmt.Sprintf("line %d %q is not an apt source such as \"deb http://mirror.example.internal/debian bookworm main\" (one-line style: deb [OPTIONS] URI SUITE [COMPONENT...])", i+1, l)
+		default:
+			debs++
+		}
+	}
+	if s != "" && debs == 0 {
+		return "has no deb line: leave the field out to keep the image's own sources"
 	}
 	return ""
 }
@@ -203,6 +236,12 @@ func ResolveRules(in ppv1.Rules) (Rules, error) { //nolint:gocyclo // a flat lis
 	}
 	r.Destinations.DefaultDomains = d.DefaultAllowedDomains
 	checkBudgets(in.Budgets, bad)
+	if pk := in.Packages; pk != nil {
+		if m := checkAptSources(pk.AptSources); m != "" {
+			bad("packages.aptSources", "%s", m)
+		}
+		r.AptSources = strings.TrimSpace(pk.AptSources)
+	}
 
 	if len(errs) > 0 {
 		return Rules{}, errors.New(strings.Join(errs, "; "))
@@ -295,6 +334,7 @@ func (r Rules) Apply(p *Proxy) error { //nolint:gocyclo // a flat list of indepe
 		p.AllowedDomains = r.Destinations.DefaultDomains
 	}
 	p.Destinations = r.Destinations
+	p.AptSources = r.AptSources
 	if p.ProbeURL != "" && !p.Destinations.Report {
 		if m := r.probeDenied(p); m != "" {
 			bad("probe.url", "%s", m)

@@ -92,6 +92,28 @@ func TestResolveRulesRefusesABadPolicy(t *testing.T) {
 			in:     ppv1.Rules{Limits: &ppv1.Limits{MaxReplicas: ptr.To[int64](0)}},
 			err:    errors.New(`function input (ProxyPolicy) limits.maxReplicas: must be between 1 and 16, got 0`),
 		},
+		"AptSourcesNotALine": {
+			reason: "an apt source is a one-line deb line with a URI and a suite; the message names the line",
+			in:     ppv1.Rules{Packages: &ppv1.Packages{AptSources: "deb http://mirror.example.internal/debian bookworm main\nhttp://mirror.example.internal/debian"}},
+			err: errors.New(`function input (ProxyPolicy) packages.aptSources: line 2 "http://mirror.example.internal/debian" is not an apt source such as ` +
+				`"deb http://mirror.example.internal/debian bookworm main" (one-line style: deb [OPTIONS] URI SUITE [COMPONENT...])`),
+		},
+		"AptSourcesNoSuite": {
+			reason: "a deb line without a suite is refused",
+			in:     ppv1.Rules{Packages: &ppv1.Packages{AptSources: "deb [trusted=yes] http://192.168.122.1:8205/"}},
+			err: errors.New(`function input (ProxyPolicy) packages.aptSources: line 1 "deb [trusted=yes] http://192.168.122.1:8205/" is not an apt source such as ` +
+				`"deb http://mirror.example.internal/debian bookworm main" (one-line style: deb [OPTIONS] URI SUITE [COMPONENT...])`),
+		},
+		"AptSourcesCommentsOnly": {
+			reason: "sources with no deb line would leave apt nothing: refused, pointing at leaving the field out",
+			in:     ppv1.Rules{Packages: &ppv1.Packages{AptSources: "# none yet\n"}},
+			err:    errors.New(`function input (ProxyPolicy) packages.aptSources: has no deb line: leave the field out to keep the image's own sources`),
+		},
+		"AptSourcesControl": {
+			reason: "a control character (a carriage return) is refused",
+			in:     ppv1.Rules{Packages: &ppv1.Packages{AptSources: "deb http://m/debian bookworm main\r"}},
+			err:    errors.New(`function input (ProxyPolicy) packages.aptSources: line 1 has a control character`),
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -232,6 +254,47 @@ func TestApplyRulesDefaults(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantDomains, p.AllowedDomains); diff != "" {
 				t.Errorf("%s: allowedDomains -want +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// TestResolveRulesAptSources: the platform's apt sources, checked, reach every Proxy; none
+// leaves a Proxy with the image's own sources.
+func TestResolveRulesAptSources(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		in     *ppv1.Packages
+		want   string
+	}{
+		"None": {
+			reason: "no packages setting: the image's own sources",
+		},
+		"Empty": {
+			reason: "an empty aptSources is the same as none",
+			in:     &ppv1.Packages{},
+		},
+		"Mirror": {
+			reason: "a local flat repository (the test bed's) and a mirror with options and comments, kept as written but trimmed",
+			in:     &ppv1.Packages{AptSources: "\n# the bed\ndeb [trusted=yes] http://192.168.122.1:8205/ ./\ndeb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg arch=amd64] https://mirror.example.internal/debian bookworm main contrib\n"},
+			want:   "# the bed\ndeb [trusted=yes] http://192.168.122.1:8205/ ./\ndeb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg arch=amd64] https://mirror.example.internal/debian bookworm main contrib",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r, err := ResolveRules(ppv1.Rules{Packages: tc.in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := ProxySpec{Image: ImageSpec{BaseImageName: "debian-12"}}.Validate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Apply(&p); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, p.AptSources); diff != "" {
+				t.Errorf("%s: the Proxy's apt sources -want +got:\n%s", tc.reason, diff)
 			}
 		})
 	}

@@ -107,6 +107,7 @@ type Proxy struct {
 	ProbeURL          string // empty: probe the port with TCP
 	ProbeStatus       int32
 	Destinations      Destinations // the platform's destination rules (Rules.Apply)
+	AptSources        string       // the platform's apt sources for packages the image lacks (Rules.Apply); "": the image's
 	// Network and Bridge are the VM's attachment, the platform's default attachment (at most
 	// one is set); both empty: the host config's default.
 	Network, Bridge string

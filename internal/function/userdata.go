@@ -24,9 +24,20 @@ var GuestPackages = []string{"squid", "qemu-guest-agent"}
 // some of GuestPackages: it lists them as cloud-init's `packages`, which its
 // package-update-upgrade-install module (final stage) installs with apt. Each cloud-init stage
 // reads /etc/cloud/cloud.cfg.d afresh, so the file written in the init stage counts in the
-// final stage. When every package is there, no file is written and that module does nothing:
+// final stage (shown in a real guest by test/stockimage, decision 82). When every package is there, no file is written and that module does nothing:
 // no apt-get update, no network, no time.
 const PackagesConfig = "/etc/cloud/cloud.cfg.d/90-provider-kvm-packages.cfg"
+
+// The guest's apt configuration when the platform names apt sources (ProxyPolicy
+// packages.aptSources) and a package is missing: AptSourcesConf points apt at AptSourcesList
+// (the platform's lines) and the empty AptSourcesParts instead of the image's sources.list and
+// sources.list.d, so apt-get update asks the platform's mirror alone (the image's would fail
+// on a guest network with no way out). The image's own files stay as they were.
+const (
+	AptSourcesConf  = "/etc/apt/apt.conf.d/90provider-kvm-sources"
+	AptSourcesList  = "/etc/apt/provider-kvm-sources.list"
+	AptSourcesParts = "/etc/apt/provider-kvm-sources.list.d"
+)
 
 // packagesCheck is bootcmd's shell script: it lists the missing GuestPackages in
 // PackagesConfig, or removes the file when none is missing (a later boot of an instance whose
@@ -40,6 +51,16 @@ if [ -n "$missing" ]; then
 else
   rm -f ` + PackagesConfig + `
 fi`
+
+// aptSourcesScript is bootcmd's second script, there only when the platform names apt
+// sources: after packagesCheck, when it listed packages to install, it writes the sources and
+// points apt at them alone. cloud-init passes the sources after "sh -c SCRIPT sh". A Proxy
+// without platform sources keeps the user-data it had before the setting existed (the same
+// generation: no VM is replaced for it).
+const aptSourcesScript = `[ -e ` + PackagesConfig + ` ] || exit 0
+mkdir -p ` + AptSourcesParts + `
+printf '%s\n' "$1" >` + AptSourcesList + `
+printf '// provider-kvm: the platform'"'"'s apt sources (ProxyPolicy packages.aptSources)\nDir::Etc::SourceList "%s";\nDir::Etc::SourceParts "%s";\n' ` + AptSourcesList + ` ` + AptSourcesParts + ` >` + AptSourcesConf
 
 // cloudConfig is the subset of cloud-init's #cloud-config that a proxy needs. It is encoded
 // with a YAML encoder, never by pasting strings, so no user-given value can add YAML keys.
@@ -62,7 +83,8 @@ type writeFile struct {
 // missing, nothing happens when present), the squid configuration as a file, the SSH keys, and
 // commands that make squid listen on the proxy's port only and (re)start it now and at every
 // boot. The image must be Debian's (apt, dpkg) with cloud-init; a stock genericcloud image
-// needs a reachable Debian mirror at first boot, an image with both packages nothing.
+// needs a reachable Debian mirror at first boot (its own sources', or p.AptSources), an image
+// with both packages nothing.
 func UserData(p Proxy, hostname string) (string, error) {
 	files := []writeFile{{
 		Path:        SquidConfPath,
@@ -90,6 +112,9 @@ func UserData(p Proxy, hostname string) (string, error) {
 			// no-op, and --no-block waits for nothing.
 			{"systemctl", "start", "--no-block", "qemu-guest-agent"},
 		},
+	}
+	if p.AptSources != "" {
+		cc.BootCmd = append(cc.BootCmd, []string{"sh", "-c", aptSourcesScript, "sh", p.AptSources})
 	}
 	y, err := yaml.Marshal(cc)
 	if err != nil {

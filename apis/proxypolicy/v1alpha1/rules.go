@@ -42,6 +42,25 @@ type Rules struct {
 	// Budgets are totals per namespace of vCPUs, memory and Proxies. Missing: none.
 	// +optional
 	Budgets *Budgets `json:"budgets,omitempty"`
+
+	// Packages say where a guest gets squid and qemu-guest-agent when its image lacks them.
+	// +optional
+	Packages *Packages `json:"packages,omitempty"`
+}
+
+// Packages say where a Proxy's guest gets squid and qemu-guest-agent when its image lacks them
+// (a stock cloud image): cloud-init installs them with apt at the guest's first boot. An image
+// that has both installs nothing and needs no mirror.
+type Packages struct {
+	// AptSources are the apt sources the guest installs them from, in place of the image's
+	// own: one-line style, one "deb [OPTIONS] URI SUITE [COMPONENT...]" per line, such as
+	// "deb http://mirror.example.internal/debian bookworm main"; lines starting with # are
+	// comments. They are written only when a package is missing, and from then on the guest's
+	// apt uses them alone. Missing: the image's own sources (a stock Debian image names
+	// deb.debian.org), which the guest network must then reach.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	AptSources string `json:"aptSources,omitempty"`
 }
 
 // Limits are the most one Proxy may ask for. A missing field has the default written on it.
