@@ -113,17 +113,11 @@ func (d *definitions) read(address string, now time.Time, list func() ([]golibvi
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(doms))
-	known := map[golibvirt.UUID]definition{}
+	var known map[golibvirt.UUID]definition
 	if trusted {
-		d.mu.Lock()
-		for _, dom := range doms {
-			if def, ok := h.byUUID[dom.UUID]; ok && def.name == dom.Name && now.Sub(def.read) < DefinitionMaxAge {
-				known[dom.UUID] = def
-			}
-		}
-		d.mu.Unlock()
+		known = d.remembered(h, doms, now)
 	}
+	out := make([]string, 0, len(doms))
 	fresh := map[golibvirt.UUID]definition{}
 	for _, dom := range doms {
 		if def, ok := known[dom.UUID]; ok {
@@ -140,13 +134,32 @@ func (d *definitions) read(address string, now time.Time, list func() ([]golibvi
 		out = append(out, x)
 		fresh[dom.UUID] = definition{name: dom.Name, xml: x, read: now}
 	}
-	if !trusted {
-		return out, nil
+	if trusted {
+		d.store(h, doms, fresh, resets, epoch)
 	}
+	return out, nil
+}
+
+// remembered is what h holds of doms, under the same name and younger than DefinitionMaxAge.
+func (d *definitions) remembered(h *hostDefinitions, doms []golibvirt.Domain, now time.Time) map[golibvirt.UUID]definition {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	known := map[golibvirt.UUID]definition{}
+	for _, dom := range doms {
+		if def, ok := h.byUUID[dom.UUID]; ok && def.name == dom.Name && now.Sub(def.read) < DefinitionMaxAge {
+			known[dom.UUID] = def
+		}
+	}
+	return known
+}
+
+// store keeps what a read that began at resets and epoch fetched, but for domains an event
+// overtook, and forgets the domains that are gone; nothing when a subscription came or went.
+func (d *definitions) store(h *hostDefinitions, doms []golibvirt.Domain, fresh map[golibvirt.UUID]definition, resets, epoch uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if h.resets != resets || h.watchers == 0 {
-		return out, nil // the subscription changed meanwhile: keep nothing
+		return
 	}
 	present := make(map[golibvirt.UUID]bool, len(doms))
 	for _, dom := range doms {
@@ -162,7 +175,6 @@ func (d *definitions) read(address string, now time.Time, list func() ([]golibvi
 			h.byUUID[u] = def
 		}
 	}
-	return out, nil
 }
 
 // EventsWatched records that a subscription to the lifecycle events of the host at address is

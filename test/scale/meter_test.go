@@ -178,7 +178,7 @@ func quantile(buckets map[float64]float64, count, q float64) time.Duration {
 // sample scrapes the metrics endpoint and counts the SSH connections.
 func (m *meter) sample(t *testing.T) sample {
 	t.Helper()
-	resp, err := http.Get(m.url) //nolint:noctx // loopback, the test's own process
+	resp, err := http.Get(m.url)
 	if err != nil {
 		t.Fatalf("reading the provider's metrics: %v", err)
 	}

@@ -132,7 +132,7 @@ func TestScale(t *testing.T) {
 		if err := p.Alive(); err != nil {
 			return err
 		}
-		resp, err := http.Get(m.url) //nolint:noctx // loopback, the test's own process
+		resp, err := http.Get(m.url)
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ func Build(t testing.TB, root, dir string, tags ...string) string {
 	for _, tag := range tags {
 		args = append(args, "-tags", tag)
 	}
-	cmd := exec.Command("go", append(args, "./cmd/provider")...)
+	cmd := exec.Command("go", append(args, "./cmd/provider")...) //nolint:gosec // the test's own build tags
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the provider (tags %v): %v\n%s", tags, err, out)
@@ -61,11 +61,11 @@ type Process struct {
 // in log. It never outlives the test process, and is stopped when the test ends.
 func Start(t testing.TB, bin, kubeconfig, log string, env []string, args ...string) *Process {
 	t.Helper()
-	f, err := os.Create(log)
+	f, err := os.Create(log) //nolint:gosec // a path the test chose
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, args...) //nolint:gosec // the binary Build made, with the test's flags
 	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Killed with the test process (and so never keeps a lock the test inherited).
