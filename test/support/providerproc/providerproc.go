@@ -4,6 +4,7 @@
 package providerproc
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -26,7 +27,7 @@ func Build(t testing.TB, root, dir string, tags ...string) string {
 	for _, tag := range tags {
 		args = append(args, "-tags", tag)
 	}
-	cmd := exec.Command("go", append(args, "./cmd/provider")...) //nolint:gosec // the test's own build tags
+	cmd := exec.CommandContext(context.Background(), "go", append(args, "./cmd/provider")...) //nolint:gosec // the test's own build tags
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the provider (tags %v): %v\n%s", tags, err, out)
@@ -65,7 +66,8 @@ func Start(t testing.TB, bin, kubeconfig, log string, env []string, args ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...) //nolint:gosec // the binary Build made, with the test's flags
+	// Not the test's context: Stop ends the process gracefully, SIGTERM first.
+	cmd := exec.CommandContext(context.Background(), bin, args...) //nolint:gosec // the binary Build made, with the test's flags
 	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Killed with the test process (and so never keeps a lock the test inherited).
