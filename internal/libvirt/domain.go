@@ -358,37 +358,40 @@ func (c *Client) allDefinitions(l rpc) ([]string, error) {
 	if c.sh == nil {
 		return allDomainXML(l)
 	}
-	list := func() ([]golibvirt.Domain, error) {
-		doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
-		return doms, err
-	}
-	fetch := func(d golibvirt.Domain) (string, error) {
-		doc, err := l.DomainGetXMLDesc(d, 0)
-		if IsNotFound(err) {
-			return "", nil
-		}
-		return doc, err
-	}
-	return c.sh.defs.read(c.conn.Address(), time.Now(), list, fetch)
+	return c.sh.defs.read(c.conn.Address(), time.Now(), l.allDomains, l.domainXML)
 }
 
 // allDomainXML is the definition of every domain, running or defined, on one connection; a
 // domain that goes away meanwhile is left out.
 func allDomainXML(l rpc) ([]string, error) {
-	doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
+	doms, err := l.allDomains()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(doms))
 	for _, d := range doms {
-		doc, err := l.DomainGetXMLDesc(d, 0)
-		if IsNotFound(err) {
-			continue
-		}
+		doc, err := l.domainXML(d)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, doc)
+		if doc != "" {
+			out = append(out, doc)
+		}
 	}
 	return out, nil
+}
+
+// allDomains lists every domain, running or defined: one call.
+func (l rpc) allDomains() ([]golibvirt.Domain, error) {
+	doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsActive|golibvirt.ConnectListDomainsInactive)
+	return doms, err
+}
+
+// domainXML is the definition of d (the live one of a running domain), "" when it went away.
+func (l rpc) domainXML(d golibvirt.Domain) (string, error) {
+	doc, err := l.DomainGetXMLDesc(d, 0)
+	if IsNotFound(err) {
+		return "", nil
+	}
+	return doc, err
 }
