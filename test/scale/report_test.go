@@ -18,7 +18,6 @@ import (
 // row is one line of the table.
 type row struct {
 	step    string
-	domains int
 	ready   time.Duration
 	created int  // KVMDomains (and seeds) the step created
 	ramp    ramp // what creating them cost

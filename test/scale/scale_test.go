@@ -168,7 +168,7 @@ func TestScale(t *testing.T) {
 			}
 			return allReady(ctx, kube, n)
 		})
-		r := row{step: fmt.Sprintf("%d on one host", n), domains: n, ready: time.Since(t0), created: created, ramp: rampOf(before, m.sample(t))}
+		r := row{step: fmt.Sprintf("%d on one host", n), ready: time.Since(t0), created: created, ramp: rampOf(before, m.sample(t))}
 		// Let the first reconciles after Ready pass (a new seed is read back once), then measure.
 		time.Sleep(s.settle(n))
 		r.fig = m.window(t, s.window, nil)
@@ -184,7 +184,7 @@ func TestScale(t *testing.T) {
 	if s.full {
 		// libvirtd restarts on the host: the connection is opened again once, the events are
 		// registered again, and nothing storms.
-		r := row{step: fmt.Sprintf("%d, libvirtd restarted", made), domains: made}
+		r := row{step: fmt.Sprintf("%d, libvirtd restarted", made)}
 		r.fig = m.window(t, s.window, func() { tb.Control(t, "restart-libvirtd") })
 		rows = append(rows, r)
 		t.Logf("%s: %s", r.step, r.fig.brief())
