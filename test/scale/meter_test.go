@@ -51,6 +51,7 @@ type sample struct {
 	api      float64            // API server requests
 	apiBy    map[string]float64 // by method
 	recs     map[string]float64 // reconciles by kind
+	active   map[string]float64 // reconciles in flight by kind (controller-runtime's active workers)
 	buckets  map[float64]float64
 	recCount float64
 	ssh      int
@@ -68,6 +69,8 @@ type figures struct {
 	apiPerMin, recsPerMin   float64
 	p50, p99                time.Duration
 	callsPerRec             map[string]float64 // libvirt calls per reconcile, by kind
+	calls, recs             map[string]float64 // libvirt calls and finished reconciles in the window, by kind
+	inFlight                map[string]float64 // reconciles in flight when the window closed, by kind
 	apiPerMinBy             map[string]float64 // API server requests per minute, by method
 }
 
@@ -118,7 +121,8 @@ func between(a, b sample) figures {
 	mins := b.at.Sub(a.at).Minutes()
 	f := figures{minutes: mins, rssMiB: b.rss / (1 << 20), heapMiB: b.heap / (1 << 20), goroutines: b.gor,
 		cpuPerMin: (b.cpu - a.cpu) / mins, scansTotal: b.scans - a.scans, newConns: b.opens - a.opens,
-		apiPerMin: (b.api - a.api) / mins, callsPerRec: map[string]float64{}, apiPerMinBy: map[string]float64{}}
+		apiPerMin: (b.api - a.api) / mins, callsPerRec: map[string]float64{}, apiPerMinBy: map[string]float64{},
+		calls: map[string]float64{}, recs: map[string]float64{}, inFlight: map[string]float64{}}
 	for k, v := range b.apiBy {
 		if d := v - a.apiBy[k]; d > 0 {
 			f.apiPerMinBy[k] = d / mins
@@ -131,6 +135,7 @@ func between(a, b sample) figures {
 	for _, k := range kinds {
 		r := b.recs[k] - a.recs[k]
 		recs += r
+		f.calls[k], f.recs[k], f.inFlight[k] = b.calls[k]-a.calls[k], r, b.active[k]
 		if r > 0 {
 			f.callsPerRec[k] = (b.calls[k] - a.calls[k]) / r
 		}
@@ -188,7 +193,7 @@ func (m *meter) sample(t *testing.T) sample {
 	if err != nil {
 		t.Fatalf("parsing the provider's metrics: %v", err)
 	}
-	s := sample{at: time.Now(), calls: map[string]float64{}, recs: map[string]float64{}, apiBy: map[string]float64{}, buckets: map[float64]float64{}, ssh: m.ssh(t)}
+	s := sample{at: time.Now(), calls: map[string]float64{}, recs: map[string]float64{}, active: map[string]float64{}, apiBy: map[string]float64{}, buckets: map[float64]float64{}, ssh: m.ssh(t)}
 	for name, mf := range mfs {
 		for _, mt := range mf.GetMetric() {
 			switch name {
@@ -217,6 +222,10 @@ func (m *meter) sample(t *testing.T) sample {
 			case "controller_runtime_reconcile_total":
 				if k := kindOf(label(mt, "controller")); k != "" {
 					s.recs[k] += mt.GetCounter().GetValue()
+				}
+			case "controller_runtime_active_workers":
+				if k := kindOf(label(mt, "controller")); k != "" {
+					s.active[k] += mt.GetGauge().GetValue()
 				}
 			case "controller_runtime_reconcile_time_seconds":
 				if kindOf(label(mt, "controller")) == "" {
