@@ -34,6 +34,7 @@ type rollIn struct {
 	pol      ppv1.ProxyPolicy
 	p        Proxy // placed: replica 0's host
 	at       []replicaAt
+	hosts    hostView
 	n        Names
 	ns       string
 	base     string // the name the composed names derive from
@@ -62,6 +63,7 @@ func (f *Function) planReplicas(in rollIn, seen cutOver) ([]*replicaPlan, *failu
 		wantDef := DefOf(p, in.userData)
 		wantID := GenerationID(wantDef)
 		gens := observedGenerations(in.observed, r, composesImage, wantDef, wantID)
+		doubt(gens, in.hosts)
 		want, ok := gens[wantID]
 		switch {
 		case ok:
@@ -100,11 +102,26 @@ func (f *Function) planReplicas(in rollIn, seen cutOver) ([]*replicaPlan, *failu
 	return plans, keep
 }
 
+// doubt takes back the readiness of the generations whose host is not Ready: their
+// KVMDomain's Ready condition is the last the provider could read.
+func doubt(gens map[string]*generation, hosts hostView) {
+	for _, g := range gens {
+		why := hosts.down[g.def.Host]
+		if why == "" || !g.ready {
+			continue
+		}
+		g.ready, g.unconfirmed = false, true
+		g.phase, g.message = PhaseHostNotReady, why+"; its VM was Ready when last seen"
+	}
+}
+
 // backend is a replica's generation as the EndpointSlice lists it.
 type backend struct {
 	ip    string
 	ready bool
-	port  int32
+	// unconfirmed: Ready when its host was last read, which is not Ready now (doubt).
+	unconfirmed bool
+	port        int32
 }
 
 // composeGenerations composes the generations the roll-outs of the replicas keep, the
@@ -195,14 +212,21 @@ func (f *Function) composeGenerations(in rollIn, rsp *fnv1.RunFunctionResponse) 
 			ip = seen.secretIP // the last address known, kept while the guest reports none (a reboot)
 		}
 		if ip != "" {
-			backends = append(backends, backend{ip: ip, ready: e.ready, port: e.def.Port})
+			backends = append(backends, backend{ip: ip, ready: e.ready, unconfirmed: e.unconfirmed, port: e.def.Port})
 		}
 	}
 	// Once one backend is Ready only the Ready ones are listed; a single replica's is listed
-	// with its readiness as before.
+	// with its readiness as before. A backend whose host is not Ready (unconfirmed) is left out
+	// while another is Ready; while none is, it is listed as Ready: it may well still answer,
+	// and leaving it out would make sure nothing does.
 	anyReady := false
 	for _, b := range backends {
 		anyReady = anyReady || b.ready
+	}
+	if !anyReady {
+		for i := range backends {
+			backends[i].ready = backends[i].ready || backends[i].unconfirmed
+		}
 	}
 	main := map[int32][]Backend{}
 	listed := map[string]bool{}
@@ -219,7 +243,7 @@ func (f *Function) composeGenerations(in rollIn, rsp *fnv1.RunFunctionResponse) 
 		}
 		listed[b.ip] = true
 		main[b.port] = append(main[b.port], Backend{IP: b.ip, Ready: b.ready})
-		if b.ready {
+		if b.ready && !b.unconfirmed {
 			readyReplicas++
 		}
 	}
@@ -363,7 +387,10 @@ func replicasMessage(plans []*replicaPlan, at []replicaAt, ready int, message st
 	for _, rp := range plans {
 		if e := rp.pl.endpoints; !e.ready {
 			why := strings.ToLower(e.phase)
-			if e.message != "" {
+			switch {
+			case e.unconfirmed:
+				why = e.message // it says its host is not Ready
+			case e.message != "":
 				why += ": " + e.message
 			}
 			msg += fmt.Sprintf("; replica %d: %s", rp.r, why)

@@ -39,6 +39,7 @@ import (
 	"github.com/crossplane/crossplane-runtime/v2/pkg/errors"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/crossplane/function-sdk-go/logging"
@@ -154,13 +155,17 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return errors.Wrap(err, "cannot get the desired composite resource")
 	}
 
-	// Which hosts evacuate, read once for replica 0 and the others (nil before Crossplane gave
-	// the hosts).
-	evac, err := evacuating(req)
+	// Which hosts the replicas leave, and which are not Ready, read once for replica 0 and the
+	// others (nothing before Crossplane gave the hosts).
+	view, err := readHosts(req, pol, f.now())
 	if err != nil {
 		return err
 	}
-	w, err := locate(req, xr, spec, p, ns, pol, observed, evac)
+	if view.recheck > 0 && view.recheck < response.DefaultTTL {
+		// A host that is not Ready reaches failoverAfter before Crossplane would call again.
+		rsp.Meta.Ttl = durationpb.New(view.recheck)
+	}
+	w, err := locate(req, xr, spec, p, ns, pol, observed, view)
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)
 	}
@@ -171,7 +176,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 		return unplaced(rsp, dxr, w, n)
 	}
 	p.Host = w.host
-	at, rw, err := placeReplicas(req, xr, spec, p, ns, pol, observed, w.host, evac)
+	at, rw, err := placeReplicas(req, xr, spec, p, ns, pol, observed, w.host, view)
 	if err != nil {
 		return errors.Wrapf(err, "invalid %s", what)
 	}
@@ -195,7 +200,7 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if err != nil {
 		return err
 	}
-	if err := f.composeGenerations(rollIn{xr: xr, dxr: dxr, pol: pol, p: p, at: at, n: n, ns: ns, base: baseName(xr), userData: userData,
+	if err := f.composeGenerations(rollIn{xr: xr, dxr: dxr, pol: pol, p: p, at: at, hosts: view, n: n, ns: ns, base: baseName(xr), userData: userData,
 		observed: observed, desired: desired}, rsp); err != nil {
 		return err
 	}

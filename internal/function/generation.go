@@ -147,13 +147,16 @@ type generation struct {
 	def     Def
 	// known: def was read back (always for a generation composed with an id, whose
 	// definition is its annotation).
-	known   bool
-	exists  bool // its KVMDomain is observed
-	ready   bool
-	ip      string
-	phase   string
-	message string
-	created time.Time // its KVMDomain's creation; zero when unknown
+	known  bool
+	exists bool // its KVMDomain is observed
+	ready  bool
+	// unconfirmed: its KVMDomain says Ready, but its host is not Ready, so that is not known
+	// now (ready is false, phase PhaseHostNotReady).
+	unconfirmed bool
+	ip          string
+	phase       string
+	message     string
+	created     time.Time // its KVMDomain's creation; zero when unknown
 }
 
 // LabelGeneration on a generation's composed resources is its id.

@@ -67,7 +67,8 @@ const (
 	ReasonHostGiven  = "HostGiven"  // spec.host names the host
 	ReasonPlaced     = "Placed"     // the function chose the host (status.host), for good
 	ReasonNoHostFits = "NoHostFits" // no host matches, or none has room: nothing is composed
-	// ReasonEvacuationBlocked: the Proxy's host evacuates, but no other host fits: it stays.
+	// ReasonEvacuationBlocked: the Proxy leaves its host (it evacuates, or has not been Ready
+	// for longer than the platform's failoverAfter), but no other host fits: it stays.
 	ReasonEvacuationBlocked = "EvacuationBlocked"
 	ReasonChoosing          = "Choosing" // the hosts were asked for; Crossplane calls again with them
 	PhasePending            = "Pending"  // no host yet: nothing is composed
@@ -96,11 +97,12 @@ type where struct {
 // locate decides the host of a Proxy. In order: spec.host when given (as before placement);
 // the host its composed resources already name, or failing that status.host (placement is
 // sticky: a Proxy never moves on its own, and a later change of capacity never moves it),
-// unless that host evacuates (spec.evacuate: then placement chooses another, and the Proxy's
-// new generation there takes over once Ready; with none, it stays); else the host placement
+// unless it leaves that host (spec.evacuate, or the host not Ready for longer than the
+// platform's placement.failoverAfter: then placement chooses another, and the Proxy's new
+// generation there takes over once Ready; with none, it stays); else the host placement
 // chooses among the ClusterProviderConfigs Crossplane gave for the
 // requirement (asked for in this response when not given yet).
-func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed, evac map[string]bool) (where, error) {
+func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy, observed map[resource.Name]resource.ObservedComposed, view hostView) (where, error) {
 
 	if spec.Host != "" {
 		return where{host: p.Host, reason: ReasonHostGiven, message: "spec.host names host " + p.Host}, nil
@@ -116,7 +118,7 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 		if err != nil {
 			return where{}, err
 		}
-		h, left := stay(placed, evac)
+		h, left := stay(placed, view)
 		if h != "" {
 			return where{host: h, reason: ReasonPlaced, message: "placed on host " + h, selector: sel, image: p.BaseImageName, ns: ns}, nil
 		}
@@ -130,10 +132,10 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 			return w, nil
 		case w.host == "":
 			// Nowhere to go: it stays, serving, and says why.
-			w.host, w.reason, w.message = left, ReasonEvacuationBlocked, evacuationBlocked(left, w.message)
+			w.host, w.reason, w.message = left, ReasonEvacuationBlocked, evacuationBlocked(view, left, w.message)
 			return w, nil
 		}
-		w.message = fmt.Sprintf("host %s is evacuating: moving to host %s (the VM there takes over once Ready). %s", left, w.host, w.message)
+		w.message = fmt.Sprintf("host %s %s: moving to host %s (the VM there takes over once Ready). %s", left, view.leave[left], w.host, w.message)
 		return w, nil
 	}
 	return place(req, spec, p, ns, pol)
@@ -303,40 +305,20 @@ func composedHosts(observed map[resource.Name]resource.ObservedComposed, replica
 	return hosts
 }
 
-// evacuating are the hosts Crossplane gave for the hosts requirement that evacuate
-// (spec.evacuate on a cordoned host); nil while it has not given them.
-func evacuating(req *fnv1.RunFunctionRequest) (map[string]bool, error) {
-	got, ok, err := request.GetRequiredResource(req, RequirementHosts)
-	if err != nil {
-		return nil, errors.Wrap(err, "cannot read the hosts (ClusterProviderConfigs) Crossplane gave")
-	}
-	if !ok {
-		return nil, nil
-	}
-	out := map[string]bool{}
-	for _, r := range got {
-		h, err := candidate(r.Resource.Object)
-		if err != nil {
-			return nil, err
-		}
-		out[h.Name] = h.Evacuating
-	}
-	return out, nil
-}
-
-// evacuationBlocked says why a replica stays on its evacuating host left: why no other host
-// fits.
-func evacuationBlocked(left, why string) string {
-	return fmt.Sprintf("host %s is evacuating, but no other host fits: %s", left, why)
+// evacuationBlocked says why a replica stays on the host left it leaves (because it evacuates
+// or has not been Ready for long: hosts.leave): why no other host fits.
+func evacuationBlocked(hosts hostView, left, why string) string {
+	return fmt.Sprintf("host %s %s, but no other host fits: %s", left, hosts.leave[left], why)
 }
 
 // stay is the host a placed replica stays on, of hosts (where its generations are, then the
-// one status recorded): the first that does not evacuate (evac; nil while the hosts are not
-// known, when the first is kept). left is the evacuating host it leaves when none is
-// found ("" when it had none): then it is placed anew.
-func stay(hosts []string, evac map[string]bool) (host, left string) {
+// one status recorded): the first it does not leave (view.leaves: evacuating, or not Ready for
+// longer than the platform's failoverAfter; nothing is left while the hosts are not known, when
+// the first is kept). left is the host it leaves when none is found ("" when it had none):
+// then it is placed anew.
+func stay(hosts []string, view hostView) (host, left string) {
 	for _, h := range hosts {
-		if !evac[h] {
+		if !view.leaves(h) {
 			return h, ""
 		}
 		if left == "" {

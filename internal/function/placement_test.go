@@ -16,6 +16,8 @@ import (
 // hostOpts shape a ClusterProviderConfig as the host status controller leaves it.
 type hostOpts struct {
 	unready, cordoned bool
+	downSince         string // with unready: its Ready condition's lastTransitionTime (RFC 3339); "": 2026-01-01T00:00:00Z
+	downWhy           string // with unready: its Ready condition's message
 	evacuate          bool  // spec.evacuate (with cordoned)
 	cpus              int64 // 0: 8
 	memGiB            int64 // 0: 16
@@ -55,6 +57,16 @@ func hostCPC(t *testing.T, name string, o hostOpts) map[string]any {
 	if o.memoryRatio != "" {
 		spec["allocation"] = map[string]any{"memory": o.memoryRatio}
 	}
+	readyCond := map[string]any{"type": "Ready", "status": ready, "reason": "Available", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+	if o.unready {
+		readyCond["reason"] = "Unavailable"
+		if o.downSince != "" {
+			readyCond["lastTransitionTime"] = o.downSince
+		}
+		if o.downWhy != "" {
+			readyCond["message"] = o.downWhy
+		}
+	}
 	labels := map[string]any{}
 	for k, v := range o.labels {
 		labels[k] = v
@@ -64,7 +76,7 @@ func hostCPC(t *testing.T, name string, o hostOpts) map[string]any {
 		"metadata": map[string]any{"name": name, "labels": labels},
 		"spec":     spec,
 		"status": map[string]any{
-			"conditions": []any{map[string]any{"type": "Ready", "status": ready, "reason": "Available", "lastTransitionTime": "2026-01-01T00:00:00Z"}},
+			"conditions": []any{readyCond},
 			"host": map[string]any{
 				"cpus": o.cpus, "memoryTotal": fmt.Sprintf("%dGi", o.memGiB), "memoryFree": "1Gi",
 				"managed": map[string]any{"domains": 1, "runningDomains": 1, "vcpus": o.usedCPU, "memory": fmt.Sprintf("%dMi", o.usedMiB), "volumes": 0},

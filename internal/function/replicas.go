@@ -80,7 +80,8 @@ type replicaAt struct {
 	host   string
 	reason string // ReasonNoHostFits or ReasonChoosing when host is ""; ReasonEvacuationBlocked
 	why    string
-	// left is the evacuating host the replica leaves (placed anew); blocked, when no other
+	// left is the host the replica leaves (placed anew: it evacuates, or has not been Ready
+	// for longer than the platform's failoverAfter); blocked, when no other
 	// host fits, says why it stays there.
 	left, blocked string
 }
@@ -112,8 +113,8 @@ func observedReplica(observed map[resource.Name]resource.ObservedComposed, r int
 // others are placed among the hosts the platform (and the shared BaseImage) allow. When placement needs the hosts, w is the
 // requirement to ask for (nil when none is needed).
 func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy,
-	observed map[resource.Name]resource.ObservedComposed, first string, evac map[string]bool) ([]replicaAt, *where, error) {
-	at, need := placedReplicas(xr, observed, int(p.Replicas), first, evac)
+	observed map[resource.Name]resource.ObservedComposed, first string, view hostView) ([]replicaAt, *where, error) {
+	at, need := placedReplicas(xr, observed, int(p.Replicas), first, view)
 	if len(need) == 0 {
 		return at, nil, nil
 	}
@@ -158,7 +159,7 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 			if at[r].left != "" {
 				// Nowhere to go: it stays, serving, and says why.
 				at[r].host, at[r].reason = at[r].left, ReasonEvacuationBlocked
-				at[r].blocked = evacuationBlocked(at[r].left, at[r].why)
+				at[r].blocked = evacuationBlocked(view, at[r].left, at[r].why)
 			}
 			continue
 		}
@@ -171,9 +172,9 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 
 // placedReplicas are the n replicas' hosts as placed before (replica 0's is first): of each
 // replica's composed resources' hosts, then the one status.generations recorded, the first
-// that does not evacuate (evac; nil: not known, the first is kept); need are the replicas
-// without one (left names the evacuating host of those that had one).
-func placedReplicas(xr *composite.Unstructured, observed map[resource.Name]resource.ObservedComposed, n int, first string, evac map[string]bool) ([]replicaAt, []int) {
+// it does not leave (view; hosts not known: the first is kept); need are the replicas without
+// one (left names the host left of those that had one).
+func placedReplicas(xr *composite.Unstructured, observed map[resource.Name]resource.ObservedComposed, n int, first string, view hostView) ([]replicaAt, []int) {
 	at := make([]replicaAt, n)
 	at[0].host = first
 	recorded := map[int]string{}
@@ -188,7 +189,7 @@ func placedReplicas(xr *composite.Unstructured, observed map[resource.Name]resou
 		if recorded[r] != "" {
 			hosts = append(hosts, recorded[r])
 		}
-		if at[r].host, at[r].left = stay(hosts, evac); at[r].host == "" {
+		if at[r].host, at[r].left = stay(hosts, view); at[r].host == "" {
 			need = append(need, r)
 		}
 	}
@@ -219,7 +220,7 @@ func placedMessage(at []replicaAt, msg string) (bool, string, string) {
 	case len(blocked) > 0 && len(at) == 1:
 		return false, reason, at[0].blocked
 	case len(blocked) > 0:
-		return false, reason, fmt.Sprintf("%d of %d replicas stay on an evacuating host; %s", len(blocked), len(at), strings.Join(blocked, "; "))
+		return false, reason, fmt.Sprintf("%d of %d replicas stay on a host they leave; %s", len(blocked), len(at), strings.Join(blocked, "; "))
 	}
 	if len(at) > 1 {
 		hosts := make([]string, len(at))

@@ -1,5 +1,13 @@
 package v1alpha1
 
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MinFailoverAfter is the shortest FailoverAfter the function accepts: a libvirtd restart or
+// a host's reboot must not move Proxies.
+const MinFailoverAfter = "1m"
+
 // Placement says how a Proxy that names no host is placed among the hosts
 // (ClusterProviderConfigs). How far a host may be committed is the host's own
 // (ClusterProviderConfig spec.allocation), so that the provider refuses, at the same figures,
@@ -20,6 +28,17 @@ type Placement struct {
 	// +kubebuilder:validation:Enum=Preferred;Strict
 	// +kubebuilder:default=Preferred
 	AntiAffinity AntiAffinity `json:"antiAffinity,omitempty"`
+
+	// FailoverAfter is how long a host may stay not Ready (its ClusterProviderConfig's Ready
+	// condition False: the provider cannot reach it, or libvirt there does not answer) before
+	// the Proxy replicas placed on it are placed anew on other hosts. Each moves as an
+	// evacuation does: a new VM on another host takes over once Ready, and the one left
+	// behind is deleted when its host answers again. Meanwhile, and while no other host fits,
+	// a replica stays where it is, out of the Service once another replica is Ready. Proxies
+	// that name their host (spec.host) never move. Unset: replicas wait for their host,
+	// however long. At least 1m.
+	// +optional
+	FailoverAfter *metav1.Duration `json:"failoverAfter,omitempty"`
 }
 
 // AntiAffinity is how the replicas of one Proxy spread over hosts.
