@@ -75,6 +75,7 @@ type config struct {
 // hostConfig is one libvirt host: its ClusterProviderConfig and the test's own view of it.
 type hostConfig struct {
 	Name    string // the ClusterProviderConfig's name
+	LAN     string // the host's name on the LAN bed (cluster/lan/ctl.sh)
 	SSHHost string
 	SSHPort int
 	Pool    string
@@ -259,7 +260,7 @@ func lanHosts(s settings) ([]hostConfig, error) {
 			name = "default"
 		}
 		out = append(out, hostConfig{
-			Name: name, SSHHost: s[key+"IP"], SSHPort: port,
+			Name: name, LAN: h, SSHHost: s[key+"IP"], SSHPort: port,
 			Pool: s[key+"POOL"], Bridge: s[key+"BRIDGE"], BridgeCIDR: s["LAN_SUBNET"],
 			Socket: filepath.Join(dir, h, "run", sock), LibDir: filepath.Join(dir, h, "lib"), LogDir: filepath.Join(dir, h, "log"),
 		})

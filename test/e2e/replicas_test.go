@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +32,8 @@ import (
 // in the EndpointSlice (status 2/2, a 204 through each guest). It then scales the Proxy back
 // to 1 with `kubectl scale proxy/NAME --replicas=1` (the scale subresource), as a user does: the
 // second replica's KVMDomain, SeedVolume and BaseImage leave the API, its domain, overlay,
-// seed and NVRAM leave its host, and replica 0 serves on as before. One extra guest boot.
+// seed and NVRAM leave its host, and replica 0 serves on as before. In between, home's libvirtd
+// is stopped and started again (checkHostDown). One extra guest boot.
 func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other string) error {
 	xr := pc.object()
 	if err := e.c.Get(ctx, client.ObjectKeyFromObject(xr), xr); err != nil {
@@ -108,6 +111,9 @@ func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other strin
 	}
 	logf("  %s: 2/2 replicas, %s on %s and %s on %s, both in the EndpointSlice (%s) and answering 204",
 		pc.label(), pc.name, home, r1.Name, other, strings.Join(ips, ", "))
+	if err := e.checkHostDown(ctx, pc, home); err != nil {
+		return err
+	}
 	onHost, err := e.hosts.DomainObjects(pc.ns + "_" + r1.Name)
 	if err != nil {
 		return err
@@ -226,4 +232,144 @@ func (e *env) checkPlacementOwnImage(ctx context.Context, ns, name, host string)
 		return err
 	}
 	return e.checkPlacement(ctx, ns, name, imageOf(d, ""), host)
+}
+
+// checkHostDown stops the libvirtd of host, where one of pc's two Ready replicas runs (its
+// guest keeps running), while a prober sends a request through the Proxy's Service every 0.5 s,
+// as an application pod does. The provider cannot read host any more: the Proxy stays Ready at
+// 1 of 2 replicas, and its EndpointSlice lists only the other replica, since what the VM on
+// host does is no longer known. With libvirtd started again: 2 of 2, both in the EndpointSlice.
+// At most one request may fail (one in flight when an address leaves), and the Proxy's
+// ProxyReady may never be False.
+func (e *env) checkHostDown(ctx context.Context, pc proxyCase, host string) error {
+	hc, ok := e.cfg.host(host)
+	if !ok || hc.LAN == "" {
+		return fmt.Errorf("%s: ClusterProviderConfig %s is no host of the LAN bed", pc.label(), host)
+	}
+	key := client.ObjectKey{Namespace: pc.ns, Name: pc.name + "-proxy"}
+	svc := &corev1.Service{}
+	if err := e.c.Get(ctx, key, svc); err != nil {
+		return err
+	}
+	if svc.Spec.ClusterIP == "" || len(svc.Spec.Ports) == 0 {
+		return fmt.Errorf("%s: Service %s has no cluster IP or port", pc.label(), key)
+	}
+	addr := net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+	onHost, err := e.replicaIPOn(ctx, pc, host)
+	if err != nil {
+		return err
+	}
+	p, stop := e.startProberTo(ctx, func(context.Context) (string, error) { return addr, nil })
+	stopped, started := false, false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+		if !started {
+			_ = e.lanCtl(context.WithoutCancel(ctx), hc.LAN, "start-libvirtd")
+		}
+	}()
+	var dips []string // every time ProxyReady was seen not True
+	state := func(ctx context.Context, wantReady int64, wantIPs int) error {
+		cur := pc.object()
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(cur), cur); err != nil {
+			return err
+		}
+		if c := unstructuredCondition(cur, "ProxyReady"); c.Status != corev1.ConditionTrue {
+			dips = append(dips, fmt.Sprintf("%s %s: %s", time.Now().Format("15:04:05"), c.Status, truncate(c.Message, 160)))
+		}
+		n, _, _ := unstructured.NestedInt64(cur.Object, "status", "replicas")
+		ready, _, _ := unstructured.NestedInt64(cur.Object, "status", "readyReplicas")
+		msg, _, _ := unstructured.NestedString(cur.Object, "status", "message")
+		if n != 2 || ready != wantReady {
+			return fmt.Errorf("replicas %d, readyReplicas %d, want 2 and %d: %s", n, ready, wantReady, truncate(msg, 200))
+		}
+		eps := &discoveryv1.EndpointSlice{}
+		if err := e.c.Get(ctx, key, eps); err != nil {
+			return err
+		}
+		var ips []string
+		for _, ep := range eps.Endpoints {
+			if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+				ips = append(ips, ep.Addresses...)
+			}
+		}
+		if len(ips) != wantIPs || (wantIPs == 1 && ips[0] == onHost) {
+			return fmt.Errorf("the EndpointSlice lists %v Ready, want %d address(es)%s", ips, wantIPs, map[bool]string{true: " without " + onHost}[wantIPs == 1])
+		}
+		return nil
+	}
+	time.Sleep(2 * time.Second) // a few requests before
+	t0 := time.Now()
+	if err := e.lanCtl(ctx, hc.LAN, "stop-libvirtd"); err != nil {
+		return err
+	}
+	logf("  %s: %s's libvirtd stopped (its guest %s keeps running); a request through the Service (%s) every 0.5 s", pc.label(), hc.LAN, onHost, addr)
+	if err := waitFor(ctx, pc.label()+" at 1 of 2 with "+host+" not Ready", time.Second, 4*time.Minute, func(ctx context.Context) error {
+		return state(ctx, 1, 1)
+	}); err != nil {
+		return err
+	}
+	down := time.Since(t0)
+	e.tl.add("replicas "+pc.name, host+"'s libvirtd stopped -> 1/2 Ready, its replica out of the EndpointSlice", secs(down))
+	time.Sleep(5 * time.Second) // requests go to the other replica alone
+	t1 := time.Now()
+	started = true
+	if err := e.lanCtl(ctx, hc.LAN, "start-libvirtd"); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, pc.label()+" back at 2 of 2", time.Second, 4*time.Minute, func(ctx context.Context) error {
+		return state(ctx, 2, 2)
+	}); err != nil {
+		return err
+	}
+	back := time.Since(t1)
+	e.tl.add("replicas "+pc.name, host+"'s libvirtd started -> 2/2, both in the EndpointSlice", secs(back))
+	time.Sleep(2 * time.Second)
+	stop()
+	stopped = true
+	p.mu.Lock()
+	okN, failures, byIP := p.ok, p.failures, p.ips
+	p.mu.Unlock()
+	if len(failures) > 1 {
+		return fmt.Errorf("%s: %d requests through the Service failed while %s's libvirtd was down and back (at most 1 may): %s",
+			pc.label(), len(failures), hc.LAN, strings.Join(failures, "; "))
+	}
+	if len(dips) > 0 {
+		return fmt.Errorf("%s: ProxyReady was not True while one replica served: %s", pc.label(), strings.Join(dips, "; "))
+	}
+	if okN == 0 {
+		return fmt.Errorf("%s: no request through the Service answered", pc.label())
+	}
+	logf("  %s: 1 of 2 Ready %s after %s's libvirtd stopped, 2 of 2 %s after it started; %d requests through the Service answered 204 (%v), %d failed; ProxyReady True throughout",
+		pc.label(), secs(down)+" s", hc.LAN, secs(back)+" s", okN, byIP, len(failures))
+	return nil
+}
+
+// replicaIPOn is the address of pc's serving generation on host, from status.generations.
+func (e *env) replicaIPOn(ctx context.Context, pc proxyCase, host string) (string, error) {
+	cur := pc.object()
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(cur), cur); err != nil {
+		return "", err
+	}
+	gens, _, _ := unstructured.NestedSlice(cur.Object, "status", "generations")
+	for _, g := range gens {
+		m, _ := g.(map[string]any)
+		if m["host"] == host && m["serving"] == true {
+			if ip, _ := m["ip"].(string); ip != "" {
+				return ip, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%s: status.generations names no serving generation with an address on %s: %v", pc.label(), host, gens)
+}
+
+// lanCtl runs cluster/lan/ctl.sh HOST ACTION (stop-libvirtd, start-libvirtd): make e2e holds
+// the LAN bed's lock for the whole run.
+func (e *env) lanCtl(ctx context.Context, host, action string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(e.cfg.Repo, "cluster", "lan", "ctl.sh"), host, action)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("cluster/lan/ctl.sh %s %s: %w: %s", host, action, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }

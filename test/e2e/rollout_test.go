@@ -32,6 +32,18 @@ type prober struct {
 }
 
 func (e *env) startProber(ctx context.Context, ns, secret string) (*prober, func()) {
+	return e.startProberTo(ctx, func(ctx context.Context) (string, error) {
+		data, err := e.secretData(ctx, ns, secret)
+		if err != nil {
+			return "", err
+		}
+		return string(data["ip"]) + ":" + string(data["port"]), nil
+	})
+}
+
+// startProberTo is a prober whose every request goes through the proxy at the address target
+// returns at that moment.
+func (e *env) startProberTo(ctx context.Context, target func(context.Context) (string, error)) (*prober, func()) {
 	p := &prober{ips: map[string]int{}}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -44,15 +56,14 @@ func (e *env) startProber(ctx context.Context, ns, secret string) (*prober, func
 			case <-ctx.Done():
 				return
 			case at := <-tick.C:
-				data, err := e.secretData(ctx, ns, secret)
+				addr, err := target(ctx)
 				if ctx.Err() != nil {
 					return
 				}
 				var code int
-				ip := ""
+				ip, _, _ := strings.Cut(addr, ":")
 				if err == nil {
-					ip = string(data["ip"])
-					code, err = httpGet(ctx, &url.URL{Scheme: "http", Host: ip + ":" + string(data["port"])}, e.probeURL, 5*time.Second)
+					code, err = httpGet(ctx, &url.URL{Scheme: "http", Host: addr}, e.probeURL, 5*time.Second)
 				}
 				if ctx.Err() != nil {
 					return
