@@ -18,9 +18,9 @@ type hostOpts struct {
 	unready, cordoned bool
 	downSince         string // with unready: its Ready condition's lastTransitionTime (RFC 3339); "": 2026-01-01T00:00:00Z
 	downWhy           string // with unready: its Ready condition's message
-	evacuate          bool  // spec.evacuate (with cordoned)
-	cpus              int64 // 0: 8
-	memGiB            int64 // 0: 16
+	evacuate          bool   // spec.evacuate (with cordoned)
+	cpus              int64  // 0: 8
+	memGiB            int64  // 0: 16
 	usedCPU, usedMiB  int64
 	labels            map[string]string
 	memoryRatio       string         // spec.allocation.memory; "": unset
