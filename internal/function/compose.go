@@ -90,7 +90,7 @@ func (f *Function) planReplicas(in rollIn, seen cutOver) ([]*replicaPlan, *failu
 		if pl.failed != nil {
 			pl.failed.Replica = r
 		}
-		plans = append(plans, &replicaPlan{r: r, want: want, pl: pl})
+		plans = append(plans, &replicaPlan{r: r, want: want, pl: pl, left: a.left})
 	}
 	oneAtATime(plans, failed)
 	var keep *failure
@@ -158,7 +158,7 @@ func (f *Function) composeGenerations(in rollIn, rsp *fnv1.RunFunctionResponse) 
 	// The BaseImages composed in this call, by host, url and sha256: a replica placed beside
 	// another on its host, before either image is observed, shares it.
 	images := map[string][2]string{}
-	composeGen := func(g *generation, ready bool) error {
+	composeGen := func(g *generation, ready bool, movingFrom string) error {
 		gp := g.def.Proxy()
 		gn := namesOf(in.n, in.base, g)
 		if gp.BaseImageName == "" {
@@ -181,19 +181,28 @@ func (f *Function) composeGenerations(in rollIn, rsp *fnv1.RunFunctionResponse) 
 		if err := put(g.keys.Seed, labelled(SeedVolume(gp, gn, in.ns, in.n.Domain, g.def.UserData), g), ready); err != nil {
 			return err
 		}
-		return put(g.keys.Domain, labelled(KVMDomain(gp, gn, in.ns), g), ready)
+		d := labelled(KVMDomain(gp, gn, in.ns), g)
+		if movingFrom != "" {
+			l := d.GetLabels()
+			if l == nil {
+				l = map[string]string{}
+			}
+			l[LabelMovingFrom] = movingFrom
+			d.SetLabels(l)
+		}
+		return put(g.keys.Domain, d, ready)
 	}
 	for _, rp := range plans {
 		for _, g := range rp.pl.compose {
 			// A new generation's resources do not hold the Proxy's readiness: the serving one's
 			// do; nor do those of replica 0 while another replica serves, nor any other replica's.
-			if err := composeGen(g, g == rp.pl.to || rp.r > 0 || readyBesides(rp.r)); err != nil {
+			if err := composeGen(g, g == rp.pl.to || rp.r > 0 || readyBesides(rp.r), rp.movingFrom(g)); err != nil {
 				return err
 			}
 		}
 	}
 	for _, g := range leaving(in.observed, len(in.at), composesImage, seen) {
-		if err := composeGen(g, true); err != nil {
+		if err := composeGen(g, true, ""); err != nil {
 			return err
 		}
 	}

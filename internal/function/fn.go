@@ -183,6 +183,10 @@ func (f *Function) compose(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionRe
 	if rw != nil && rw.selector != nil {
 		require(rsp, *rw)
 	}
+	at[0].left = w.left
+	if err := queueMoves(req, rsp, pol, view, ns, xr.GetName(), observed, at); err != nil {
+		return err
+	}
 	if w.reason == ReasonEvacuationBlocked {
 		at[0].reason, at[0].blocked = w.reason, w.message
 	}

@@ -92,6 +92,8 @@ type where struct {
 	// namespaceNeeded: the Proxy's Namespace is asked for too (a host admits namespaces by
 	// label).
 	namespaceNeeded bool
+	// left is the host the Proxy leaves while it moves to host ("" when it does not move).
+	left string
 }
 
 // locate decides the host of a Proxy. In order: spec.host when given (as before placement);
@@ -136,6 +138,7 @@ func locate(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec Proxy
 			return w, nil
 		}
 		w.message = fmt.Sprintf("host %s %s: moving to host %s (the VM there takes over once Ready). %s", left, view.leave[left], w.host, w.message)
+		w.left = left
 		return w, nil
 	}
 	return place(req, spec, p, ns, pol)

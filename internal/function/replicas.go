@@ -256,6 +256,16 @@ type replicaPlan struct {
 	r    int
 	want *generation
 	pl   plan
+	left string // the host the replica leaves (replicaAt.left)
+}
+
+// movingFrom is the host g, the generation this replica brings up, moves it off ("" when g is
+// not such a generation): its KVMDomain carries LabelMovingFrom while it comes up.
+func (rp *replicaPlan) movingFrom(g *generation) string {
+	if rp.left == "" || g != rp.pl.to || rp.pl.from == nil || rp.pl.from.def.Host != rp.left {
+		return ""
+	}
+	return rp.left
 }
 
 // servingOf is the generation that serves replica rp until a replacement is done.

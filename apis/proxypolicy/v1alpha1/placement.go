@@ -39,6 +39,15 @@ type Placement struct {
 	// however long. At least 1m.
 	// +optional
 	FailoverAfter *metav1.Duration `json:"failoverAfter,omitempty"`
+
+	// MaxMovesPerHost bounds how many Proxy replicas move off one host at once, over every
+	// namespace: when a host evacuates or fails over, a replica whose new VM is not created
+	// yet waits for its turn while this many new VMs elsewhere are still coming up for
+	// replicas leaving that host, so the other hosts do not boot them all at once. Replicas
+	// that decide in the same moment may pass it by a few. Unset: no bound.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxMovesPerHost *int32 `json:"maxMovesPerHost,omitempty"`
 }
 
 // AntiAffinity is how the replicas of one Proxy spread over hosts.
