@@ -130,8 +130,18 @@ node_bring_up() {
 	log "node up in $(elapsed "$t0")s"
 	"$NODE/crossplane.sh" || die "the Crossplane core did not come up on the node (cluster/node/crossplane.sh)"
 	log "Crossplane core and RBAC manager Available after $(elapsed "$t0")s"
+	# The HTTPS image servers' CAs and certificates (e2ectl pki; e2ectl serve uses them): the
+	# trusted CA goes to the provider's pod through its DeploymentRuntimeConfig, as a platform
+	# team's private CA does; the other is given to nobody.
+	local node_ip
+	# shellcheck source=/dev/null
+	node_ip=$(. "$LAN_DIR/env.sh" && echo "$LAN_NODE_IP")
+	"$E2ECTL" pki "$NODE_DIR/e2e-tls" "$node_ip" || die "e2ectl pki failed"
 	# --cluster-id: the ID test/e2e checks in the ownership records on the hosts (clusterID).
-	PROVIDER_ARGS="--cluster-id=e2e${POLL:+ --poll=$POLL}${PROVIDER_DEBUG:+ --debug}" "$NODE/packages.sh" ||
+	# PACKAGES_INSTALL=platform (make e2e): only the platform's part; the README's quickstart,
+	# run by the test, installs the packages.
+	PROVIDER_ARGS="--cluster-id=e2e${POLL:+ --poll=$POLL}${PROVIDER_DEBUG:+ --debug}" \
+		PROVIDER_CA_FILE="$NODE_DIR/e2e-tls/trusted/ca.crt" "$NODE/packages.sh" ||
 		die "the packages did not become healthy on the node (cluster/node/packages.sh)"
 	log "node, Crossplane and packages up in $(elapsed "$t0")s"
 }

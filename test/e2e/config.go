@@ -49,14 +49,18 @@ type config struct {
 	ClientImage string
 
 	ImagePort, OriginPort int
-	Poll                  string
-	VCPUs, MemMiB         int
-	BenchRuns             int
-	GuestTimeout          time.Duration
-	DeleteTimeout         time.Duration
-	SkipBaseline          bool
-	KeepOnFailure         bool
-	BringUpStart          time.Time // T0: when the bring-up began; zero when unknown
+	// ImageTLSPort and ImageUntrustedPort are the HTTPS image servers' ports: the first's
+	// certificate is of the CA the provider's pod trusts (its DeploymentRuntimeConfig), the
+	// second's of one it does not.
+	ImageTLSPort, ImageUntrustedPort int
+	Poll                             string
+	VCPUs, MemMiB                    int
+	BenchRuns                        int
+	GuestTimeout                     time.Duration
+	DeleteTimeout                    time.Duration
+	SkipBaseline                     bool
+	KeepOnFailure                    bool
+	BringUpStart                     time.Time // T0: when the bring-up began; zero when unknown
 	// Netns is the network namespace the tests run in (the LAN's node).
 	Netns string
 	// ImageHost is the address the image server listens on and BaseImages fetch from: the
@@ -219,6 +223,7 @@ func configFrom(s settings, work string) (config, error) {
 		to  *int
 	}{
 		{"IMAGE_PORT", 18090, &c.ImagePort}, {"ORIGIN_PORT", 18204, &c.OriginPort},
+		{"IMAGE_TLS_PORT", 18443, &c.ImageTLSPort}, {"IMAGE_UNTRUSTED_PORT", 18444, &c.ImageUntrustedPort},
 		{"VCPUS", 2, &c.VCPUs}, {"MEM_MIB", 1024, &c.MemMiB}, {"BENCH_RUNS", 3, &c.BenchRuns},
 		{"GUEST_TIMEOUT", 900, &guestTimeout}, {"DELETE_TIMEOUT", 600, &deleteTimeout},
 	} {

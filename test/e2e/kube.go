@@ -172,14 +172,23 @@ func (e *env) values() map[string]string {
 	img := func(dir string) string {
 		return fmt.Sprintf("http://%s/%s/%s", net.JoinHostPort(e.cfg.ImageHost, fmt.Sprint(e.cfg.ImagePort)), dir, base)
 	}
+	imgTLS := func(port int, dir string) string {
+		return fmt.Sprintf("https://%s/%s/%s", net.JoinHostPort(e.cfg.ImageHost, fmt.Sprint(port)), dir, base)
+	}
 	return map[string]string{
-		"IMAGE_PORT":     fmt.Sprint(e.cfg.ImagePort),
-		"IMAGE_HOST":     e.cfg.ImageHost,
-		"IMAGE_SHA256":   e.imageSHA256,
-		"IMAGE_URL_A":    img("a"),
-		"IMAGE_URL_B":    img("b"),
-		"IMAGE_URL_DEMO": img("demo"),
-		"PROBE_URL":      e.probeURL,
+		"IMAGE_PORT":           fmt.Sprint(e.cfg.ImagePort),
+		"IMAGE_TLS_PORT":       fmt.Sprint(e.cfg.ImageTLSPort),
+		"IMAGE_UNTRUSTED_PORT": fmt.Sprint(e.cfg.ImageUntrustedPort),
+		"IMAGE_HOST":           e.cfg.ImageHost,
+		"IMAGE_SHA256":         e.imageSHA256,
+		"IMAGE_URL_A":          img("a"),
+		// team-c's BaseImage, over HTTPS from the server whose CA the provider's pod trusts
+		// through its DeploymentRuntimeConfig; IMAGE_URL_UNTRUSTED the same image from the
+		// server of a CA it does not trust.
+		"IMAGE_URL_B":         imgTLS(e.cfg.ImageTLSPort, "b"),
+		"IMAGE_URL_UNTRUSTED": imgTLS(e.cfg.ImageUntrustedPort, "b"),
+		"IMAGE_URL_DEMO":      img("demo"),
+		"PROBE_URL":           e.probeURL,
 		// The examples' allowedDomains, their probe's origin in place of the example's.
 		"ALLOWED_DOMAINS": "allowedDomains: [.debian.org, " + e.originIP + "]",
 		"VCPUS":           fmt.Sprint(e.cfg.VCPUs),
