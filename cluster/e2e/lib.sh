@@ -84,7 +84,7 @@ build_e2etest() {
 		die "building test/e2e or test/e2e/e2ectl (-tags e2e) failed"
 	# Its offline tests first (manifests render, every example still holds what the e2e
 	# replaces): a broken example fails here, not after the bring-up.
-	(cd "$REPO/test/e2e" && "$E2E_TEST" -test.count=1 -test.run '^(TestManifests|TestProxyExamples|TestTimelineTable|TestConfig|TestAppPods|TestHTTPGetCheck)$') ||
+	(cd "$REPO/test/e2e" && "$E2E_TEST" -test.count=1 -test.run '^(TestManifests|TestProxyExamples|TestTimelineTable|TestConfig|TestAppPods|TestHTTPGetCheck|TestQuickstart|TestPKI)$') ||
 		die "the e2e's offline tests failed (above)"
 	(cd "$REPO" && go test -c -tags lan -o "$OUT/lan.test" ./test/lan) ||
 		die "go test -c -tags lan ./test/lan failed"
@@ -188,7 +188,7 @@ fresh_work() {
 	local keep
 	if [[ -d $WORK ]]; then
 		any_running && die "processes of an earlier run in $WORK still run (a demo? make demo-down stops it)"
-		for keep in logs pids www; do rm -rf "${WORK:?}/$keep"; done
+		for keep in logs pids www quickstart; do rm -rf "${WORK:?}/$keep"; done
 		rm -f "$WORK"/*.yaml "$WORK"/*.tsv "$WORK"/objects-* "$WORK"/probe-url "$WORK"/e2e.env
 	fi
 	mkdir -p "$WORK" "$LOGS" "$PIDS"
@@ -209,6 +209,7 @@ write_config() {
 		echo "OUT=$OUT"
 		echo "IMAGE=$IMAGE"
 		echo "NODE_DIR=$NODE_DIR"
+		echo "BIN=$BIN"
 		for v in POLL VCPUS MEM_MIB GUEST_TIMEOUT DELETE_TIMEOUT SKIP_BASELINE KEEP_ON_FAILURE BENCH_RUNS IMAGE_PORT ORIGIN_PORT CLIENT_IMAGE; do
 			[[ -z ${!v:-} ]] || echo "$v=${!v}"
 		done

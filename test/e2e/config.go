@@ -44,6 +44,10 @@ type config struct {
 	Repo, Manifests, Out   string
 	Image                  string
 	NodeDir                string
+	// Bin is where the tools are built (kubectl, crossplane: ~/.cache/provider-kvm/bin).
+	Bin string
+	// NodeRegistry is the node's registry as pods reach it (cluster/node's POD_REGISTRY).
+	NodeRegistry string
 	// ClientImage is the application pod's image (cluster/node/httpget), which cluster/node/up.sh
 	// pushes to the node's registry.
 	ClientImage string
@@ -216,6 +220,9 @@ func configFrom(s settings, work string) (config, error) {
 	c.Logs = filepath.Join(c.Work, "logs")
 	c.Kubeconfig = filepath.Join(c.NodeDir, "admin.kubeconfig")
 	c.ImageHost = c.OriginIP
+	home, _ := os.UserHomeDir()
+	c.Bin = s.str("BIN", filepath.Join(home, ".cache", "provider-kvm", "bin"))
+	c.NodeRegistry = s.str("NODE_REGISTRY", c.OriginIP+":25000")
 	var guestTimeout, deleteTimeout int
 	for _, n := range []struct {
 		key string

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -282,8 +283,12 @@ func (e *env) install(ctx context.Context) error {
 		return err
 	}
 
-	// cluster/node/packages.sh installed the packages before the test: the package runtime
+	// cluster/node/packages.sh installed the packages before the test, or only the platform's
+	// part (make e2e): then the README's quickstart installs them now. The package runtime
 	// runs the provider and both functions as pods.
+	if err := e.ensurePackages(ctx); err != nil {
+		return err
+	}
 	rev, err := e.packagesAsPods(ctx)
 	if err != nil {
 		return err
@@ -310,23 +315,25 @@ func (e *env) install(ctx context.Context) error {
 	}
 	logf("provider package installed: ProviderRevision %s healthy, managed resource CRDs established", rev)
 
-	if err := waitFor(ctx, "a healthy ConfigurationRevision of configuration-kvm-proxy", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
-		l := &pkgv1.ConfigurationRevisionList{}
-		if err := e.c.List(ctx, l, client.MatchingLabels{"pkg.crossplane.io/package": "configuration-kvm-proxy"}); err != nil {
+	// The Configuration is configuration-kvm-proxy (packages.sh) or, installed by the README's
+	// quickstart, provider-kvm-configuration-kvm-proxy (the CLI's name): its current revision.
+	if err := waitFor(ctx, "the Configuration's current revision healthy", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+		l := &pkgv1.ConfigurationList{}
+		if err := e.c.List(ctx, l); err != nil {
 			return err
 		}
-		if len(l.Items) == 0 {
-			return errors.New("none yet")
+		if len(l.Items) != 1 {
+			return fmt.Errorf("%d Configurations, want one", len(l.Items))
 		}
-		var errs []error
-		for i := range l.Items {
-			err := conditionTrue("ConfigurationRevision", l.Items[i].Name, l.Items[i].GetCondition(pkgv1.TypeRevisionHealthy))
-			if err == nil {
-				return nil
-			}
-			errs = append(errs, err)
+		cur := l.Items[0].Status.CurrentRevision
+		if cur == "" {
+			return fmt.Errorf("Configuration %s has no revision yet", l.Items[0].Name)
 		}
-		return errors.Join(errs...)
+		r := &pkgv1.ConfigurationRevision{}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: cur}, r); err != nil {
+			return err
+		}
+		return conditionTrue("ConfigurationRevision", cur, r.GetCondition(pkgv1.TypeRevisionHealthy))
 	}); err != nil {
 		return err
 	}
@@ -370,7 +377,14 @@ func (e *env) install(ctx context.Context) error {
 	if err := e.ensureSecret(ctx, "crossplane-system", "testbed-ssh", map[string][]byte{"ssh-privatekey": key, "known_hosts": kh}); err != nil {
 		return err
 	}
-	for _, h := range e.cfg.Hosts {
+	for i, h := range e.cfg.Hosts {
+		if i == 0 && e.qs != nil {
+			// Host A's config is the README quickstart's (its step 3, examples/provider).
+			if err := e.quickstartHost(ctx, h); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := e.apply(ctx, "clusterproviderconfig.yaml", hostValues(vals, h)); err != nil {
 			return err
 		}
@@ -424,7 +438,23 @@ func (e *env) packagesAsPods(ctx context.Context) (string, error) {
 	case sc.user != 2000 || sc.escalation || sc.privileged:
 		return "", fmt.Errorf("provider pod %s: runAsUser %d, allowPrivilegeEscalation %v, privileged %v: want 2000, false, false", pod.Name, sc.user, sc.escalation, sc.privileged)
 	}
-	logf("provider revision %s healthy; pod %s (ServiceAccount %s) Running as user 2000, no privilege escalation", rev, pod.Name, pod.Spec.ServiceAccountName)
+	// Bound to the RBAC manager's ClusterRole of the revision, and to nothing else.
+	crbs := &rbacv1.ClusterRoleBindingList{}
+	if err := e.c.List(ctx, crbs); err != nil {
+		return "", err
+	}
+	var roles []string
+	for _, b := range crbs.Items {
+		for _, s := range b.Subjects {
+			if s.Kind == rbacv1.ServiceAccountKind && s.Namespace == "crossplane-system" && s.Name == pod.Spec.ServiceAccountName {
+				roles = append(roles, b.RoleRef.Name)
+			}
+		}
+	}
+	if want := "crossplane:provider:" + rev + ":system"; len(roles) != 1 || roles[0] != want {
+		return "", fmt.Errorf("provider ServiceAccount %s is bound to %v, want %s alone (the RBAC manager's)", pod.Spec.ServiceAccountName, roles, want)
+	}
+	logf("provider revision %s healthy; pod %s (ServiceAccount %s, bound to %s) Running as user 2000, no privilege escalation", rev, pod.Name, pod.Spec.ServiceAccountName, roles[0])
 	for _, fn := range []string{fnProxy, fnAutoReady} {
 		f := &pkgv1.Function{}
 		if err := e.c.Get(ctx, client.ObjectKey{Name: fn}, f); err != nil {
@@ -558,6 +588,9 @@ type env struct {
 	guestCIDR   string // the guests' network
 	probeURL    string
 	tl          *timeline
+	// qs is the README quickstart's session when the test runs it (TestE2E): install then
+	// installs the packages and host A's config through it.
+	qs *qsSession
 }
 
 // newEnv connects to the control plane and the test bed.

@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -30,6 +32,7 @@ func TestPKI(t *testing.T) {
 		}
 		s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 		s.TLS = cfg
+		s.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
 		s.StartTLS()
 		t.Cleanup(s.Close)
 		servers[name] = s
