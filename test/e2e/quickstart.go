@@ -101,13 +101,14 @@ type qsSubst struct {
 }
 
 // quickstartSubsts are the substitutions docs/e2e.md lists ("The README's quickstart"): the
-// addresses of this test bed in place of the README's and its examples', and the test bed's
-// two facts a person edits in the host's config for their host (its pool's name; qemu, as
-// the test bed has no KVM). The Proxy's image (team-a's shared-image.yaml) takes the
+// addresses of this test bed in place of the README's and its examples', where the run's
+// cache put the CLI, and the test bed's two facts a person edits in the host's config for
+// their host (its pool's name; qemu, as the test bed has no KVM). The Proxy's image (team-a's shared-image.yaml) takes the
 // substitutions make e2e gives that example anyway (proxyExamples), and the application Pod
 // (examples/app/proxy-client.yaml) the node's httpget image and its URLs (appPod), as the
 // test bed reaches no public registry.
 var quickstartSubsts = []qsSubst{
+	{Step: 1, From: "XP=~/.cache/provider-kvm/bin/crossplane", To: "XP", Why: "where make tools built the CLI: the run's cache (CACHE_DIR, ~/.cache/provider-kvm unless set)"},
 	{Step: 1, From: "REG=registry.example.org/provider-kvm", To: "REG", Why: "your registry: the node's, as pods reach it"},
 	{Step: 3, From: "$HOME/.ssh/id_ed25519", To: "SSH_KEY", Why: "your SSH key: the test bed's client key"},
 	{Step: 3, From: "ssh-keyscan kvm-host-1.example.org", To: "KEYSCAN", Why: "your host: host A's LAN address"},
@@ -245,6 +246,7 @@ func (e *env) quickstartValues() map[string]string {
 		keyscan = fmt.Sprintf("ssh-keyscan -p %d %s", h.SSHPort, h.SSHHost)
 	}
 	return map[string]string{
+		"XP":                "XP=" + filepath.Join(e.cfg.Bin, "crossplane"),
 		"REG":               "REG=" + e.cfg.quickstartRegistry(),
 		"SSH_KEY":           e.cfg.SSHKey,
 		"KEYSCAN":           keyscan,
