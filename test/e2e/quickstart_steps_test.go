@@ -91,13 +91,14 @@ func (e *env) startQuickstart() (*qsSession, error) {
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 		for sc.Scan() {
-			line := sc.Text()
-			if line == qsMarker {
-				q.marks <- line
-				continue
+			line, mark := strings.CutSuffix(sc.Text(), qsMarker) // after output without a newline too
+			if line != "" || !mark {
+				fmt.Fprintln(q.log, line)
+				fmt.Printf("    quickstart| %s\n", line)
 			}
-			fmt.Fprintln(q.log, line)
-			fmt.Printf("    quickstart| %s\n", line)
+			if mark {
+				q.marks <- qsMarker
+			}
 		}
 		close(q.marks)
 		q.exit <- q.cmd.Wait()
