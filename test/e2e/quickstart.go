@@ -215,7 +215,8 @@ func (q *qsSession) close() {
 	}
 	_ = q.ctl.Close()
 	go func() {
-		for range q.marks { //nolint:revive // drain: the reader must not block on a mark
+		for range q.marks {
+			// drained: the reader must not block on a step's mark
 		}
 	}()
 	select {
