@@ -454,7 +454,21 @@ func (e *env) packagesAsPods(ctx context.Context) (string, error) {
 	if want := "crossplane:provider:" + rev + ":system"; len(roles) != 1 || roles[0] != want {
 		return "", fmt.Errorf("provider ServiceAccount %s is bound to %v, want %s alone (the RBAC manager's)", pod.Spec.ServiceAccountName, roles, want)
 	}
-	logf("provider revision %s healthy; pod %s (ServiceAccount %s, bound to %s) Running as user 2000, no privilege escalation", rev, pod.Name, pod.Spec.ServiceAccountName, roles[0])
+	// The kernel's view of the provider's process, whatever the pod spec says.
+	cid := ""
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == "package-runtime" {
+			_, cid, _ = strings.Cut(s.ContainerID, "://")
+		}
+	}
+	st, err := containerProcess("/proc", cid)
+	if err != nil {
+		return "", fmt.Errorf("provider pod %s: %w", pod.Name, err)
+	}
+	if bad := st.unprivileged(2000); bad != "" {
+		return "", fmt.Errorf("provider process %d (pod %s): %s; want uid 2000, NoNewPrivs 1, no effective capabilities", st.PID, pod.Name, bad)
+	}
+	logf("provider revision %s healthy; pod %s (ServiceAccount %s, bound to %s) Running as user 2000, no privilege escalation; its process %d: Uid %s, NoNewPrivs 1, CapEff %s", rev, pod.Name, pod.Spec.ServiceAccountName, roles[0], st.PID, st.UIDs, st.CapEff)
 	for _, fn := range []string{fnProxy, fnAutoReady} {
 		f := &pkgv1.Function{}
 		if err := e.c.Get(ctx, client.ObjectKey{Name: fn}, f); err != nil {
