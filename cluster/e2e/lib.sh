@@ -84,7 +84,7 @@ build_e2etest() {
 		die "building test/e2e or test/e2e/e2ectl (-tags e2e) failed"
 	# Its offline tests first (manifests render, every example still holds what the e2e
 	# replaces): a broken example fails here, not after the bring-up.
-	(cd "$REPO/test/e2e" && "$E2E_TEST" -test.count=1 -test.run '^(TestManifests|TestProxyExamples|TestTimelineTable|TestConfig|TestAppPods|TestHTTPGetCheck|TestQuickstart|TestPKI)$') ||
+	(cd "$REPO/test/e2e" && "$E2E_TEST" -test.count=1 -test.run '^(TestManifests|TestProxyExamples|TestTimelineTable|TestConfig|TestAppPods|TestHTTPGetCheck|TestQuickstart|TestPKI|TestContainerProcess)$') ||
 		die "the e2e's offline tests failed (above)"
 	(cd "$REPO" && go test -c -tags lan -o "$OUT/lan.test" ./test/lan) ||
 		die "go test -c -tags lan ./test/lan failed"
