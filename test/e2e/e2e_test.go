@@ -623,6 +623,8 @@ func requireEnv(t *testing.T, mode string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The README quickstart's part of install (quickstart_steps_test.go).
+	e.installPackages, e.installHost = e.ensurePackages, e.quickstartHost
 	t.Cleanup(e.hosts.Close)
 	if !apiReady(ctx, e.c) {
 		t.Fatalf("the API server of %s does not answer", cfg.Kubeconfig)

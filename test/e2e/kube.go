@@ -286,8 +286,10 @@ func (e *env) install(ctx context.Context) error {
 	// cluster/node/packages.sh installed the packages before the test, or only the platform's
 	// part (make e2e): then the README's quickstart installs them now. The package runtime
 	// runs the provider and both functions as pods.
-	if err := e.ensurePackages(ctx); err != nil {
-		return err
+	if e.installPackages != nil {
+		if err := e.installPackages(ctx); err != nil {
+			return err
+		}
 	}
 	rev, err := e.packagesAsPods(ctx)
 	if err != nil {
@@ -377,13 +379,15 @@ func (e *env) install(ctx context.Context) error {
 	if err := e.ensureSecret(ctx, "crossplane-system", "testbed-ssh", map[string][]byte{"ssh-privatekey": key, "known_hosts": kh}); err != nil {
 		return err
 	}
-	for i, h := range e.cfg.Hosts {
-		if i == 0 && e.qs != nil {
-			// Host A's config is the README quickstart's (its step 3, examples/provider).
-			if err := e.quickstartHost(ctx, h); err != nil {
+	for _, h := range e.cfg.Hosts {
+		if e.installHost != nil {
+			done, err := e.installHost(ctx, h)
+			if err != nil {
 				return err
 			}
-			continue
+			if done {
+				continue
+			}
 		}
 		if err := e.apply(ctx, "clusterproviderconfig.yaml", hostValues(vals, h)); err != nil {
 			return err
@@ -602,9 +606,14 @@ type env struct {
 	guestCIDR   string // the guests' network
 	probeURL    string
 	tl          *timeline
-	// qs is the README quickstart's session when the test runs it (TestE2E): install then
-	// installs the packages and host A's config through it.
+	// qs is the README quickstart's session when the test runs it (TestE2E).
 	qs *qsSession
+	// installPackages, when set, installs the packages if they are not (the README
+	// quickstart's steps 1 and 2: make e2e's bring-up leaves it to the test); installHost, when
+	// set, makes host h's config otherwise than from the manifest and says whether it did (the
+	// quickstart's step 3). The tests set both (requireEnv).
+	installPackages func(ctx context.Context) error
+	installHost     func(ctx context.Context, h hostConfig) (bool, error)
 }
 
 // newEnv connects to the control plane and the test bed.
