@@ -84,7 +84,7 @@ build_e2etest() {
 		die "building test/e2e or test/e2e/e2ectl (-tags e2e) failed"
 	# Its offline tests first (manifests render, every example still holds what the e2e
 	# replaces): a broken example fails here, not after the bring-up.
-	(cd "$REPO/test/e2e" && "$E2E_TEST" -test.count=1 -test.run '^(TestManifests|TestProxyExamples|TestTimelineTable|TestConfig|TestAppPods|TestHTTPGetCheck)$') ||
+	(cd "$REPO/test/e2e" && "$E2E_TEST" -test.count=1 -test.run '^(TestManifests|TestProxyExamples|TestTimelineTable|TestConfig|TestAppPods|TestHTTPGetCheck|TestQuickstart|TestPKI|TestContainerProcess)$') ||
 		die "the e2e's offline tests failed (above)"
 	(cd "$REPO" && go test -c -tags lan -o "$OUT/lan.test" ./test/lan) ||
 		die "go test -c -tags lan ./test/lan failed"
@@ -130,8 +130,18 @@ node_bring_up() {
 	log "node up in $(elapsed "$t0")s"
 	"$NODE/crossplane.sh" || die "the Crossplane core did not come up on the node (cluster/node/crossplane.sh)"
 	log "Crossplane core and RBAC manager Available after $(elapsed "$t0")s"
+	# The HTTPS image servers' CAs and certificates (e2ectl pki; e2ectl serve uses them): the
+	# trusted CA goes to the provider's pod through its DeploymentRuntimeConfig, as a platform
+	# team's private CA does; the other is given to nobody.
+	local node_ip
+	# shellcheck source=/dev/null
+	node_ip=$(. "$LAN_DIR/env.sh" && echo "$LAN_NODE_IP")
+	"$E2ECTL" pki "$NODE_DIR/e2e-tls" "$node_ip" || die "e2ectl pki failed"
 	# --cluster-id: the ID test/e2e checks in the ownership records on the hosts (clusterID).
-	PROVIDER_ARGS="--cluster-id=e2e${POLL:+ --poll=$POLL}${PROVIDER_DEBUG:+ --debug}" "$NODE/packages.sh" ||
+	# PACKAGES_INSTALL=platform (make e2e): only the platform's part; the README's quickstart,
+	# run by the test, installs the packages.
+	PROVIDER_ARGS="--cluster-id=e2e${POLL:+ --poll=$POLL}${PROVIDER_DEBUG:+ --debug}" \
+		PROVIDER_CA_FILE="$NODE_DIR/e2e-tls/trusted/ca.crt" "$NODE/packages.sh" ||
 		die "the packages did not become healthy on the node (cluster/node/packages.sh)"
 	log "node, Crossplane and packages up in $(elapsed "$t0")s"
 }
@@ -178,7 +188,7 @@ fresh_work() {
 	local keep
 	if [[ -d $WORK ]]; then
 		any_running && die "processes of an earlier run in $WORK still run (a demo? make demo-down stops it)"
-		for keep in logs pids www; do rm -rf "${WORK:?}/$keep"; done
+		for keep in logs pids www quickstart; do rm -rf "${WORK:?}/$keep"; done
 		rm -f "$WORK"/*.yaml "$WORK"/*.tsv "$WORK"/objects-* "$WORK"/probe-url "$WORK"/e2e.env
 	fi
 	mkdir -p "$WORK" "$LOGS" "$PIDS"
@@ -199,7 +209,8 @@ write_config() {
 		echo "OUT=$OUT"
 		echo "IMAGE=$IMAGE"
 		echo "NODE_DIR=$NODE_DIR"
-		for v in POLL VCPUS MEM_MIB GUEST_TIMEOUT DELETE_TIMEOUT SKIP_BASELINE KEEP_ON_FAILURE BENCH_RUNS IMAGE_PORT ORIGIN_PORT CLIENT_IMAGE; do
+		echo "BIN=$BIN"
+		for v in POLL VCPUS MEM_MIB GUEST_TIMEOUT DELETE_TIMEOUT SKIP_BASELINE KEEP_ON_FAILURE BENCH_RUNS IMAGE_PORT IMAGE_TLS_PORT IMAGE_UNTRUSTED_PORT ORIGIN_PORT CLIENT_IMAGE NODE_REGISTRY; do
 			[[ -z ${!v:-} ]] || echo "$v=${!v}"
 		done
 		[[ -z ${E2E_T0:-} ]] || echo "T0=$E2E_T0"

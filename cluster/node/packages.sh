@@ -13,6 +13,15 @@
 #   dependency constraints, >=v0.1.0, accept, for dependency resolution)
 #   PROVIDER_ARGS  the provider's flags (e.g. "--poll=10s --debug"), given by a
 #                  DeploymentRuntimeConfig as a platform team would (default: none)
+#   PROVIDER_CA_FILE  PEM file of an extra CA the provider trusts for BaseImage downloads:
+#                  put in ConfigMap crossplane-system/provider-kvm-ca and mounted by the
+#                  DeploymentRuntimeConfig under SSL_CERT_DIR, as docs/platform-teams.md says
+#                  (default: none)
+#   PACKAGES_INSTALL  "all" (default) or "platform": only the platform's part, what must be
+#                  there before the README's quickstart runs (make e2e, test/e2e quickstart.go):
+#                  function-auto-ready in the registry (the upstream package's stand-in), the
+#                  ImageConfig that points xpkg.crossplane.io at the node's registry (the
+#                  internet's stand-in), the CA's ConfigMap and the DeploymentRuntimeConfig
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "$0")")
 # shellcheck source=cluster/node/lib.sh
@@ -47,30 +56,47 @@ push() { # push FILES REPOSITORY (FILES comma-separated: several make a multi-pl
 	in_node "$BIN/crossplane" xpkg push -f "$1" "$REGISTRY/$2:$PKG_TAG" >>"$LOGS/push.log" 2>&1 ||
 		ndie "crossplane xpkg push of $2 failed (see $LOGS/push.log)"
 }
-# The provider and the function are multi-platform packages (one .xpkg per platform, pushed
-# together as an OCI image index, as a release is pushed); the node is linux/amd64 and pulls that.
-for p in provider-kvm function-kvm-proxy; do
-	files=("$XPKG_DIR/$p"-*.xpkg)
-	[[ -s ${files[0]} && -s $XPKG_DIR/$p-amd64.xpkg ]] || ndie "missing $XPKG_DIR/$p-amd64.xpkg (make xpkg)"
-	push "$(IFS=,; echo "${files[*]}")" "provider-kvm/$p"
-	if [[ ${#files[@]} == 1 ]]; then # XPKG_ARCHES=amd64: a single-platform package
-		nlog "pushed provider-kvm/$p:$PKG_TAG: ${files[0]##*/}"
-		continue
-	fi
-	# What the package manager and containerd pull: an index of every platform built.
-	platforms=$(in_node "$BIN/crane" manifest "$REGISTRY/provider-kvm/$p:$PKG_TAG" |
-		python3 -c 'import json,sys; m=json.load(sys.stdin); print(" ".join(sorted(d["platform"]["os"]+"/"+d["platform"]["architecture"] for d in m.get("manifests", []))))') ||
-		ndie "cannot read the manifest of provider-kvm/$p:$PKG_TAG"
-	want=$(printf '%s\n' "${files[@]}" | sed -E 's/.*-([a-z0-9]+)\.xpkg$/linux\/\1/' | sort | paste -sd' ')
-	[[ $platforms == "$want" ]] || ndie "provider-kvm/$p:$PKG_TAG is an index of '$platforms', want '$want'"
-	nlog "pushed provider-kvm/$p:$PKG_TAG: an index of $platforms"
-done
-[[ -s $XPKG_DIR/configuration-kvm-proxy.xpkg ]] || ndie "missing $XPKG_DIR/configuration-kvm-proxy.xpkg (make xpkg)"
-push "$XPKG_DIR/configuration-kvm-proxy.xpkg" provider-kvm/configuration-kvm-proxy
+INSTALL=${PACKAGES_INSTALL:-all}
+[[ $INSTALL == all || $INSTALL == platform ]] || ndie "PACKAGES_INSTALL=$INSTALL: want all or platform"
+if [[ $INSTALL == all ]]; then
+	# The provider and the function are multi-platform packages (one .xpkg per platform, pushed
+	# together as an OCI image index, as a release is pushed); the node is linux/amd64 and pulls that.
+	for p in provider-kvm function-kvm-proxy; do
+		files=("$XPKG_DIR/$p"-*.xpkg)
+		[[ -s ${files[0]} && -s $XPKG_DIR/$p-amd64.xpkg ]] || ndie "missing $XPKG_DIR/$p-amd64.xpkg (make xpkg)"
+		push "$(IFS=,; echo "${files[*]}")" "provider-kvm/$p"
+		if [[ ${#files[@]} == 1 ]]; then # XPKG_ARCHES=amd64: a single-platform package
+			nlog "pushed provider-kvm/$p:$PKG_TAG: ${files[0]##*/}"
+			continue
+		fi
+		# What the package manager and containerd pull: an index of every platform built.
+		platforms=$(in_node "$BIN/crane" manifest "$REGISTRY/provider-kvm/$p:$PKG_TAG" |
+			python3 -c 'import json,sys; m=json.load(sys.stdin); print(" ".join(sorted(d["platform"]["os"]+"/"+d["platform"]["architecture"] for d in m.get("manifests", []))))') ||
+			ndie "cannot read the manifest of provider-kvm/$p:$PKG_TAG"
+		want=$(printf '%s\n' "${files[@]}" | sed -E 's/.*-([a-z0-9]+)\.xpkg$/linux\/\1/' | sort | paste -sd' ')
+		[[ $platforms == "$want" ]] || ndie "provider-kvm/$p:$PKG_TAG is an index of '$platforms', want '$want'"
+		nlog "pushed provider-kvm/$p:$PKG_TAG: an index of $platforms"
+	done
+	[[ -s $XPKG_DIR/configuration-kvm-proxy.xpkg ]] || ndie "missing $XPKG_DIR/configuration-kvm-proxy.xpkg (make xpkg)"
+	push "$XPKG_DIR/configuration-kvm-proxy.xpkg" provider-kvm/configuration-kvm-proxy
+fi
 # Under its own version, which the Configuration's constraint (>=v0.7.0) accepts.
 PKG_TAG=$AUTOREADY_VERSION push "$ar" crossplane-contrib/function-auto-ready
 args=
 for a in ${PROVIDER_ARGS:-}; do args+=${args:+, }\"$a\"; done
+# The extra CA, as docs/platform-teams.md gives it to the provider: a ConfigMap mounted into
+# the provider's container, its directory named by SSL_CERT_DIR (Go reads every certificate
+# there beside the image's bundle).
+ca_env='' ca_mount='' ca_volume=''
+if [[ -n ${PROVIDER_CA_FILE:-} ]]; then
+	[[ -s $PROVIDER_CA_FILE ]] || ndie "PROVIDER_CA_FILE $PROVIDER_CA_FILE is empty or missing"
+	kc -n "$NS" create configmap provider-kvm-ca --from-file=ca.crt="$PROVIDER_CA_FILE" --dry-run=client -o yaml |
+		kc apply -f - >/dev/null || ndie "cannot create ConfigMap $NS/provider-kvm-ca"
+	ca_env='env: [{name: SSL_CERT_DIR, value: /etc/provider-kvm/ca}], '
+	ca_mount='volumeMounts: [{name: extra-ca, mountPath: /etc/provider-kvm/ca, readOnly: true}], '
+	ca_volume='volumes: [{name: extra-ca, configMap: {name: provider-kvm-ca}}]'
+	nlog "the provider trusts the CA of $PROVIDER_CA_FILE too (ConfigMap $NS/provider-kvm-ca under SSL_CERT_DIR)"
+fi
 kc apply -f - >/dev/null <<-YAML
 	apiVersion: pkg.crossplane.io/v1beta1
 	kind: DeploymentRuntimeConfig
@@ -81,7 +107,8 @@ kc apply -f - >/dev/null <<-YAML
 	      selector: {}
 	      template:
 	        spec:
-	          containers: [{name: package-runtime, args: [$args]}]
+	          containers: [{name: package-runtime, ${ca_env}${ca_mount}args: [$args]}]
+	          ${ca_volume}
 	---
 	# As a site with a private registry installs: the packages keep their xpkg.crossplane.io
 	# names (those the Configuration's dependencies use) and an ImageConfig rewrites them to the
@@ -92,7 +119,12 @@ kc apply -f - >/dev/null <<-YAML
 	spec:
 	  matchImages: [{type: Prefix, prefix: "xpkg.crossplane.io/"}]
 	  rewriteImage: {prefix: "$POD_REGISTRY/"}
-	---
+YAML
+if [[ $INSTALL == platform ]]; then
+	nlog "the platform's part is in place (function-auto-ready, ImageConfig node-registry, DeploymentRuntimeConfig provider-kvm); the quickstart installs the packages"
+	exit 0
+fi
+kc apply -f - >/dev/null <<-YAML
 	# Installed first for its DeploymentRuntimeConfig; once it is in Crossplane's lock the
 	# Configuration's dependency on it is satisfied by this one (installed at the same time,
 	# the dependency manager would install a second Provider of the same package).

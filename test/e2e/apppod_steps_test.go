@@ -242,6 +242,23 @@ func (e *env) clientset() (*kubernetes.Clientset, error) {
 // checks what it printed against the Proxy's Secret and Service, and deletes it when it
 // passed. A failed pod stays for a look (KEEP_ON_FAILURE) or goes with its namespace.
 func (e *env) runAppPod(ctx context.Context, p appPod) error {
+	if err := e.deletePod(ctx, p.NS, p.Name); err != nil {
+		return err
+	}
+	text, err := p.manifest(e.cfg.Repo, e.cfg.ClientImage, e.values())
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := e.applyText(ctx, exAppFile, text); err != nil {
+		return err
+	}
+	return e.checkAppPod(ctx, p, t0)
+}
+
+// checkAppPod waits until application pod p, created at t0, ends, checks what it printed
+// against the Proxy's Secret and Service, and deletes it when it passed.
+func (e *env) checkAppPod(ctx context.Context, p appPod, t0 time.Time) error {
 	label := p.NS + "/" + p.Name
 	cs, err := e.clientset()
 	if err != nil {
@@ -255,17 +272,6 @@ func (e *env) runAppPod(ctx context.Context, p appPod) error {
 	svc := &corev1.Service{}
 	if err := e.c.Get(ctx, client.ObjectKey{Namespace: p.NS, Name: secret}, svc); err != nil {
 		return fmt.Errorf("pod %s: Service %s/%s: %w", label, p.NS, secret, err)
-	}
-	if err := e.deletePod(ctx, p.NS, p.Name); err != nil {
-		return err
-	}
-	text, err := p.manifest(e.cfg.Repo, e.cfg.ClientImage, e.values())
-	if err != nil {
-		return err
-	}
-	t0 := time.Now()
-	if err := e.applyText(ctx, exAppFile, text); err != nil {
-		return err
 	}
 	pod := &corev1.Pod{}
 	if err := waitFor(ctx, "pod "+label+" to end", time.Second, 180*time.Second, func(ctx context.Context) error {

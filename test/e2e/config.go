@@ -44,19 +44,27 @@ type config struct {
 	Repo, Manifests, Out   string
 	Image                  string
 	NodeDir                string
+	// Bin is where the tools are built (kubectl, crossplane: ~/.cache/provider-kvm/bin).
+	Bin string
+	// NodeRegistry is the node's registry as pods reach it (cluster/node's POD_REGISTRY).
+	NodeRegistry string
 	// ClientImage is the application pod's image (cluster/node/httpget), which cluster/node/up.sh
 	// pushes to the node's registry.
 	ClientImage string
 
 	ImagePort, OriginPort int
-	Poll                  string
-	VCPUs, MemMiB         int
-	BenchRuns             int
-	GuestTimeout          time.Duration
-	DeleteTimeout         time.Duration
-	SkipBaseline          bool
-	KeepOnFailure         bool
-	BringUpStart          time.Time // T0: when the bring-up began; zero when unknown
+	// ImageTLSPort and ImageUntrustedPort are the HTTPS image servers' ports: the first's
+	// certificate is of the CA the provider's pod trusts (its DeploymentRuntimeConfig), the
+	// second's of one it does not.
+	ImageTLSPort, ImageUntrustedPort int
+	Poll                             string
+	VCPUs, MemMiB                    int
+	BenchRuns                        int
+	GuestTimeout                     time.Duration
+	DeleteTimeout                    time.Duration
+	SkipBaseline                     bool
+	KeepOnFailure                    bool
+	BringUpStart                     time.Time // T0: when the bring-up began; zero when unknown
 	// Netns is the network namespace the tests run in (the LAN's node).
 	Netns string
 	// ImageHost is the address the image server listens on and BaseImages fetch from: the
@@ -212,6 +220,9 @@ func configFrom(s settings, work string) (config, error) {
 	c.Logs = filepath.Join(c.Work, "logs")
 	c.Kubeconfig = filepath.Join(c.NodeDir, "admin.kubeconfig")
 	c.ImageHost = c.OriginIP
+	home, _ := os.UserHomeDir()
+	c.Bin = s.str("BIN", filepath.Join(home, ".cache", "provider-kvm", "bin"))
+	c.NodeRegistry = s.str("NODE_REGISTRY", c.OriginIP+":25000")
 	var guestTimeout, deleteTimeout int
 	for _, n := range []struct {
 		key string
@@ -219,6 +230,7 @@ func configFrom(s settings, work string) (config, error) {
 		to  *int
 	}{
 		{"IMAGE_PORT", 18090, &c.ImagePort}, {"ORIGIN_PORT", 18204, &c.OriginPort},
+		{"IMAGE_TLS_PORT", 18443, &c.ImageTLSPort}, {"IMAGE_UNTRUSTED_PORT", 18444, &c.ImageUntrustedPort},
 		{"VCPUS", 2, &c.VCPUs}, {"MEM_MIB", 1024, &c.MemMiB}, {"BENCH_RUNS", 3, &c.BenchRuns},
 		{"GUEST_TIMEOUT", 900, &guestTimeout}, {"DELETE_TIMEOUT", 600, &deleteTimeout},
 	} {

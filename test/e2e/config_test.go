@@ -61,9 +61,9 @@ export LAN_HOST_B_POOL=pool-host-b
 		SkipBaseline: true, T0: 1700000000500,
 		// host-c has no address: not a host of this run.
 		Hosts: []hostConfig{
-			{Name: "default", SSHHost: "10.77.0.11", SSHPort: 22, Pool: "pool-host-a", Bridge: "br0", BridgeCIDR: "10.77.0.0/24",
+			{Name: "default", LAN: "host-a", SSHHost: "10.77.0.11", SSHPort: 22, Pool: "pool-host-a", Bridge: "br0", BridgeCIDR: "10.77.0.0/24",
 				Socket: "/var/lib/lan/host-a/run/libvirt-sock", LibDir: "/var/lib/lan/host-a/lib", LogDir: "/var/lib/lan/host-a/log"},
-			{Name: "host-b", SSHHost: "10.77.0.12", SSHPort: 22, Pool: "pool-host-b", Bridge: "br0", BridgeCIDR: "10.77.0.0/24",
+			{Name: "host-b", LAN: "host-b", SSHHost: "10.77.0.12", SSHPort: 22, Pool: "pool-host-b", Bridge: "br0", BridgeCIDR: "10.77.0.0/24",
 				Socket: "/var/lib/lan/host-b/run/libvirt-sock", LibDir: "/var/lib/lan/host-b/lib", LogDir: "/var/lib/lan/host-b/log"},
 		},
 	}

@@ -49,6 +49,8 @@ const (
 	// exAllowedDomains is the allowedDomains of own-image.yaml's Proxy and shared-image.yaml's
 	// egress-b: its probe's origin must be among them.
 	exAllowedDomains = "allowedDomains: [.debian.org, 192.168.122.1]"
+	// exSharedImage is team-a's example, which the README's quickstart applies.
+	exSharedImage = "examples/proxy/shared-image.yaml"
 )
 
 // proxyExamples are examples/proxy, every file of it: the RBAC a platform adds for
@@ -59,7 +61,7 @@ const (
 func proxyExamples(hostB string) []example {
 	return []example{
 		{File: "examples/proxy/crossplane-rbac.yaml"},
-		{File: "examples/proxy/shared-image.yaml", Subst: [][2]string{
+		{File: exSharedImage, Subst: [][2]string{
 			{exImageURL, "IMAGE_URL_A"}, {exSHA256, "IMAGE_SHA256"}, {exGuestNet, "GUEST_CIDR"}, {exProbeURL, "PROBE_URL"},
 			{exAllowedDomains, "ALLOWED_DOMAINS"},
 		}},
@@ -137,6 +139,12 @@ func TestE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.finish(t, e2eNamespaces, keep) })
+	// The README's quickstart runs as the install path (steps 1 to 3) and as team-a's first
+	// Proxy and application Pod (step 4, with the examples).
+	if e.qs, err = e.startQuickstart(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.qs.close)
 	step := func(name string, f func(t *testing.T)) {
 		if !t.Run(name, f) {
 			t.FailNow()
@@ -188,7 +196,14 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		t0 := time.Now()
+		// team-a's namespace, shared image and Proxies are the README quickstart's step 4, which
+		// then waits for egress-a and runs the application Pod; the other examples boot beside it.
+		qsDone := make(chan error, 1)
 		for _, ex := range proxyExamples(hostB) {
+			if ex.File == exSharedImage {
+				go func() { qsDone <- e.qs.run(ctx, 4, e.qs.dir, e.cfg.GuestTimeout+5*time.Minute) }()
+				continue
+			}
 			if err := e.applyExample(ctx, ex, vals); err != nil {
 				t.Fatal(err)
 			}
@@ -210,10 +225,15 @@ func TestE2E(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+		if err := errors.Join(append(errs, <-qsDone)...); err != nil {
 			t.Fatal(err)
 		}
 		logf("  all %d Ready %ss after the examples were applied", len(cases), secs(time.Since(t0)))
+		// What the quickstart's Pod printed: the status of a GET through egress-a's squid.
+		if err := e.checkAppPod(ctx, quickstartPod(e.probeURL), t0); err != nil {
+			t.Fatal(err)
+		}
+		e.qs.close()
 	})
 
 	for _, pc := range cases {
@@ -244,6 +264,15 @@ func TestE2E(t *testing.T) {
 			t.Fatalf("ProxyClaim team-c/egress: the connection Secret's url %q differs from egress-proxy's %q", conn["url"], own["url"])
 		}
 		logf("  team-c/egress (claim) -> XProxy %s: connection Secret team-c/egress-conn has the same url", xrs["egress"])
+	})
+
+	// team-c's BaseImage came over HTTPS from the server whose CA reached the provider only
+	// through its DeploymentRuntimeConfig; the same image from a server of a CA the provider
+	// was never given fails on the certificate, and says so.
+	step("https-ca", func(t *testing.T) {
+		if err := e.checkHTTPSImages(ctx); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	// The application pod's path: pods of team-a with HTTP_PROXY from the Proxies' Secrets,
@@ -594,6 +623,8 @@ func requireEnv(t *testing.T, mode string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The README quickstart's part of install (quickstart_steps_test.go).
+	e.installPackages, e.installHost = e.ensurePackages, e.quickstartHost
 	t.Cleanup(e.hosts.Close)
 	if !apiReady(ctx, e.c) {
 		t.Fatalf("the API server of %s does not answer", cfg.Kubeconfig)

@@ -15,6 +15,7 @@ import (
 //	e2ectl [-config FILE] clean NS...       remove what is left of these namespaces on the hosts (libvirt calls)
 //	e2ectl [-config FILE] teardown NS...    delete their Proxies, claims and BaseImages through Kubernetes, wait
 //	e2ectl [-config FILE] diagnose NS...    print the diagnostics (after a failed bring-up)
+//	e2ectl pki DIR IP                       the HTTPS image servers' CAs and certificates for IP (no configuration read)
 //
 // It returns the exit code.
 func Main(args []string, stderr io.Writer) int {
@@ -22,7 +23,7 @@ func Main(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	file := fs.String("config", DefaultConfigFile, "the run's configuration (cluster/e2e/lib.sh writes it)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: e2ectl [-config FILE] serve | clean NS... | teardown NS... | diagnose NS...")
+		fmt.Fprintln(stderr, "usage: e2ectl [-config FILE] serve | clean NS... | teardown NS... | diagnose NS... | pki DIR IP")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -33,6 +34,14 @@ func Main(args []string, stderr io.Writer) int {
 		return 2
 	}
 	cmd, namespaces := fs.Arg(0), fs.Args()[1:]
+	if cmd == "pki" {
+		// Before the run's configuration exists: the bring-up mounts the CA into the provider.
+		if err := pki(namespaces); err != nil {
+			fmt.Fprintf(stderr, "e2ectl pki: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if cmd != "serve" && len(namespaces) == 0 {
 		fmt.Fprintf(stderr, "e2ectl %s: name the namespaces\n", cmd)
 		return 2

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -172,14 +173,23 @@ func (e *env) values() map[string]string {
 	img := func(dir string) string {
 		return fmt.Sprintf("http://%s/%s/%s", net.JoinHostPort(e.cfg.ImageHost, fmt.Sprint(e.cfg.ImagePort)), dir, base)
 	}
+	imgTLS := func(port int, dir string) string {
+		return fmt.Sprintf("https://%s/%s/%s", net.JoinHostPort(e.cfg.ImageHost, fmt.Sprint(port)), dir, base)
+	}
 	return map[string]string{
-		"IMAGE_PORT":     fmt.Sprint(e.cfg.ImagePort),
-		"IMAGE_HOST":     e.cfg.ImageHost,
-		"IMAGE_SHA256":   e.imageSHA256,
-		"IMAGE_URL_A":    img("a"),
-		"IMAGE_URL_B":    img("b"),
-		"IMAGE_URL_DEMO": img("demo"),
-		"PROBE_URL":      e.probeURL,
+		"IMAGE_PORT":           fmt.Sprint(e.cfg.ImagePort),
+		"IMAGE_TLS_PORT":       fmt.Sprint(e.cfg.ImageTLSPort),
+		"IMAGE_UNTRUSTED_PORT": fmt.Sprint(e.cfg.ImageUntrustedPort),
+		"IMAGE_HOST":           e.cfg.ImageHost,
+		"IMAGE_SHA256":         e.imageSHA256,
+		"IMAGE_URL_A":          img("a"),
+		// team-c's BaseImage, over HTTPS from the server whose CA the provider's pod trusts
+		// through its DeploymentRuntimeConfig; IMAGE_URL_UNTRUSTED the same image from the
+		// server of a CA it does not trust.
+		"IMAGE_URL_B":         imgTLS(e.cfg.ImageTLSPort, "b"),
+		"IMAGE_URL_UNTRUSTED": imgTLS(e.cfg.ImageUntrustedPort, "b"),
+		"IMAGE_URL_DEMO":      img("demo"),
+		"PROBE_URL":           e.probeURL,
 		// The examples' allowedDomains, their probe's origin in place of the example's.
 		"ALLOWED_DOMAINS": "allowedDomains: [.debian.org, " + e.originIP + "]",
 		"VCPUS":           fmt.Sprint(e.cfg.VCPUs),
@@ -273,8 +283,14 @@ func (e *env) install(ctx context.Context) error {
 		return err
 	}
 
-	// cluster/node/packages.sh installed the packages before the test: the package runtime
+	// cluster/node/packages.sh installed the packages before the test, or only the platform's
+	// part (make e2e): then the README's quickstart installs them now. The package runtime
 	// runs the provider and both functions as pods.
+	if e.installPackages != nil {
+		if err := e.installPackages(ctx); err != nil {
+			return err
+		}
+	}
 	rev, err := e.packagesAsPods(ctx)
 	if err != nil {
 		return err
@@ -301,23 +317,25 @@ func (e *env) install(ctx context.Context) error {
 	}
 	logf("provider package installed: ProviderRevision %s healthy, managed resource CRDs established", rev)
 
-	if err := waitFor(ctx, "a healthy ConfigurationRevision of configuration-kvm-proxy", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
-		l := &pkgv1.ConfigurationRevisionList{}
-		if err := e.c.List(ctx, l, client.MatchingLabels{"pkg.crossplane.io/package": "configuration-kvm-proxy"}); err != nil {
+	// The Configuration is configuration-kvm-proxy (packages.sh) or, installed by the README's
+	// quickstart, provider-kvm-configuration-kvm-proxy (the CLI's name): its current revision.
+	if err := waitFor(ctx, "the Configuration's current revision healthy", 2*time.Second, 300*time.Second, func(ctx context.Context) error {
+		l := &pkgv1.ConfigurationList{}
+		if err := e.c.List(ctx, l); err != nil {
 			return err
 		}
-		if len(l.Items) == 0 {
-			return errors.New("none yet")
+		if len(l.Items) != 1 {
+			return fmt.Errorf("%d Configurations, want one", len(l.Items))
 		}
-		var errs []error
-		for i := range l.Items {
-			err := conditionTrue("ConfigurationRevision", l.Items[i].Name, l.Items[i].GetCondition(pkgv1.TypeRevisionHealthy))
-			if err == nil {
-				return nil
-			}
-			errs = append(errs, err)
+		cur := l.Items[0].Status.CurrentRevision
+		if cur == "" {
+			return fmt.Errorf("Configuration %s has no revision yet", l.Items[0].Name)
 		}
-		return errors.Join(errs...)
+		r := &pkgv1.ConfigurationRevision{}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: cur}, r); err != nil {
+			return err
+		}
+		return conditionTrue("ConfigurationRevision", cur, r.GetCondition(pkgv1.TypeRevisionHealthy))
 	}); err != nil {
 		return err
 	}
@@ -362,6 +380,15 @@ func (e *env) install(ctx context.Context) error {
 		return err
 	}
 	for _, h := range e.cfg.Hosts {
+		if e.installHost != nil {
+			done, err := e.installHost(ctx, h)
+			if err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+		}
 		if err := e.apply(ctx, "clusterproviderconfig.yaml", hostValues(vals, h)); err != nil {
 			return err
 		}
@@ -415,7 +442,37 @@ func (e *env) packagesAsPods(ctx context.Context) (string, error) {
 	case sc.user != 2000 || sc.escalation || sc.privileged:
 		return "", fmt.Errorf("provider pod %s: runAsUser %d, allowPrivilegeEscalation %v, privileged %v: want 2000, false, false", pod.Name, sc.user, sc.escalation, sc.privileged)
 	}
-	logf("provider revision %s healthy; pod %s (ServiceAccount %s) Running as user 2000, no privilege escalation", rev, pod.Name, pod.Spec.ServiceAccountName)
+	// Bound to the RBAC manager's ClusterRole of the revision, and to nothing else.
+	crbs := &rbacv1.ClusterRoleBindingList{}
+	if err := e.c.List(ctx, crbs); err != nil {
+		return "", err
+	}
+	var roles []string
+	for _, b := range crbs.Items {
+		for _, s := range b.Subjects {
+			if s.Kind == rbacv1.ServiceAccountKind && s.Namespace == "crossplane-system" && s.Name == pod.Spec.ServiceAccountName {
+				roles = append(roles, b.RoleRef.Name)
+			}
+		}
+	}
+	if want := "crossplane:provider:" + rev + ":system"; len(roles) != 1 || roles[0] != want {
+		return "", fmt.Errorf("provider ServiceAccount %s is bound to %v, want %s alone (the RBAC manager's)", pod.Spec.ServiceAccountName, roles, want)
+	}
+	// The kernel's view of the provider's process, whatever the pod spec says.
+	cid := ""
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == "package-runtime" {
+			_, cid, _ = strings.Cut(s.ContainerID, "://")
+		}
+	}
+	st, err := containerProcess("/proc", cid)
+	if err != nil {
+		return "", fmt.Errorf("provider pod %s: %w", pod.Name, err)
+	}
+	if bad := st.unprivileged(2000); bad != "" {
+		return "", fmt.Errorf("provider process %d (pod %s): %s; want uid 2000, NoNewPrivs 1, no effective capabilities", st.PID, pod.Name, bad)
+	}
+	logf("provider revision %s healthy; pod %s (ServiceAccount %s, bound to %s) Running as user 2000, no privilege escalation; its process %d: Uid %s, NoNewPrivs 1, CapEff %s", rev, pod.Name, pod.Spec.ServiceAccountName, roles[0], st.PID, st.UIDs, st.CapEff)
 	for _, fn := range []string{fnProxy, fnAutoReady} {
 		f := &pkgv1.Function{}
 		if err := e.c.Get(ctx, client.ObjectKey{Name: fn}, f); err != nil {
@@ -549,6 +606,14 @@ type env struct {
 	guestCIDR   string // the guests' network
 	probeURL    string
 	tl          *timeline
+	// qs is the README quickstart's session when the test runs it (TestE2E).
+	qs *qsSession
+	// installPackages, when set, installs the packages if they are not (the README
+	// quickstart's steps 1 and 2: make e2e's bring-up leaves it to the test); installHost, when
+	// set, makes host h's config otherwise than from the manifest and says whether it did (the
+	// quickstart's step 3). The tests set both (requireEnv).
+	installPackages func(ctx context.Context) error
+	installHost     func(ctx context.Context, h hostConfig) (bool, error)
 }
 
 // newEnv connects to the control plane and the test bed.

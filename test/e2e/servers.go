@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -22,8 +23,8 @@ import (
 var imageDirs = []string{"a", "b", "c", "demo"}
 
 // imageHandler serves the guest image file under /<dir>/<file name> (with Range and HEAD,
-// as http.ServeContent does) and logs every request.
-func imageHandler(image string) http.Handler {
+// as http.ServeContent does) and logs every request under the server's name.
+func imageHandler(name, image string) http.Handler {
 	base := filepath.Base(image)
 	paths := map[string]bool{}
 	for _, d := range imageDirs {
@@ -33,7 +34,7 @@ func imageHandler(image string) http.Handler {
 		t0 := time.Now()
 		rw := &recorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() {
-			logf("image server: %s %s %s -> %d, %d bytes (%ss)", r.RemoteAddr, r.Method, r.URL.Path, rw.status, rw.n, secs(time.Since(t0)))
+			logf("%s: %s %s %s -> %d, %d bytes (%ss)", name, r.RemoteAddr, r.Method, r.URL.Path, rw.status, rw.n, secs(time.Since(t0)))
 		}()
 		if !paths[r.URL.Path] {
 			http.NotFound(rw, r)
@@ -74,11 +75,14 @@ func originHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 }
 
-// listen serves h on addr until ctx ends.
-func listen(ctx context.Context, addr string, h http.Handler) (func() error, error) {
+// listen serves h on addr until ctx ends, over TLS when tlsCfg is not nil.
+func listen(ctx context.Context, addr string, h http.Handler, tlsCfg *tls.Config) (func() error, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if tlsCfg != nil {
+		l = tls.NewListener(l, tlsCfg)
 	}
 	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
@@ -97,10 +101,12 @@ func listen(ctx context.Context, addr string, h http.Handler) (func() error, err
 	}, nil
 }
 
-// serve is e2ectl serve: the image server on ImageHost:IMAGE_PORT and the 204 origin on
-// node's LAN address, port ORIGIN_PORT (the guests reach it there), until SIGTERM. lib.sh
-// starts it as a process, for make e2e and make bench-latency, and for make demo (whose
-// Proxy keeps probing the origin).
+// serve is e2ectl serve: the image server on ImageHost:IMAGE_PORT, the same over HTTPS on
+// IMAGE_TLS_PORT (the certificate of the CA the provider trusts) and IMAGE_UNTRUSTED_PORT (one
+// of a CA it does not), and the 204 origin on node's LAN address, port ORIGIN_PORT (the guests
+// reach it there), until SIGTERM. lib.sh starts it as a process, for make e2e and make
+// bench-latency, and for make demo (whose Proxy keeps probing the origin). The HTTPS servers
+// run when the bring-up made their certificates (e2ectl pki).
 func serve(cfg config) int {
 	if _, err := os.Stat(cfg.Image); err != nil {
 		warnf("the guest image: %v", err)
@@ -115,19 +121,40 @@ func serve(cfg config) int {
 	defer stop()
 	imageAddr := net.JoinHostPort(cfg.ImageHost, fmt.Sprint(cfg.ImagePort))
 	originAddr := net.JoinHostPort(bridge, fmt.Sprint(cfg.OriginPort))
-	waitImage, err := listen(ctx, imageAddr, imageHandler(cfg.Image))
+	waitImage, err := listen(ctx, imageAddr, imageHandler("image server", cfg.Image), nil)
 	if err != nil {
 		warnf("image server: %v", err)
 		return 1
 	}
-	waitOrigin, err := listen(ctx, originAddr, originHandler())
+	waitOrigin, err := listen(ctx, originAddr, originHandler(), nil)
 	if err != nil {
 		warnf("204 origin: %v", err)
 		return 1
 	}
+	waits := []func() error{waitImage, waitOrigin}
 	logf("image server on http://%s/{a,b,c,demo}/%s; 204 origin on http://%s/", imageAddr, filepath.Base(cfg.Image), originAddr)
+	if _, err := os.Stat(cfg.tlsDir()); err == nil {
+		for _, s := range []struct {
+			name string
+			port int
+		}{{tlsTrusted, cfg.ImageTLSPort}, {tlsUntrusted, cfg.ImageUntrustedPort}} {
+			tlsCfg, err := serverTLS(cfg.tlsDir(), s.name)
+			if err != nil {
+				warnf("%v", err)
+				return 1
+			}
+			addr := net.JoinHostPort(cfg.ImageHost, fmt.Sprint(s.port))
+			w, err := listen(ctx, addr, imageHandler("image server (https, "+s.name+" CA)", cfg.Image), tlsCfg)
+			if err != nil {
+				warnf("image server (https, %s CA): %v", s.name, err)
+				return 1
+			}
+			waits = append(waits, w)
+			logf("image server on https://%s/{a,b,c,demo}/%s (certificate of the %s CA, %s)", addr, filepath.Base(cfg.Image), s.name, filepath.Join(cfg.tlsDir(), s.name, caCertFile))
+		}
+	}
 	rc := 0
-	for _, w := range []func() error{waitImage, waitOrigin} {
+	for _, w := range waits {
 		if err := w(); err != nil {
 			warnf("%v", err)
 			rc = 1
