@@ -255,6 +255,15 @@ bench-scale: deps controlplane testbed-up ## Scale: 50, 250, 500, 1,000 shut-off
 		cluster/testbed/run-in-netns.sh go test -count=1 -v -timeout 170m -run '^TestScale$$' ./test/scale/
 	@cat _output/scale/bench-scale.txt
 
+# The same totals split evenly over the LAN bed's two hosts: the provider runs in netns node (as
+# test/lan does) with a ClusterProviderConfig per host; the libvirtd restart is host-b's.
+.PHONY: bench-scale-lan
+bench-scale-lan: deps controlplane lan-up ## Scale over the LAN bed's two hosts: the same steps split evenly over host-a and host-b, SSH per host, host-b's libvirtd restarted (~60 min; docs/performance.md).
+	@mkdir -p _output/scale
+	SCALE_HOSTS=lan SCALE_STEPS="$${SCALE_STEPS:-50,250,500,1000}" SCALE_OUT="$(CURDIR)/_output/scale/bench-scale-lan.txt" CI="$${CI:-}" flock -o $(LAN_LOCK) \
+		cluster/lan/exec.sh node go test -count=1 -v -timeout 170m -run '^TestScale$$' ./test/scale/
+	@cat _output/scale/bench-scale-lan.txt
+
 # The fault suite (test/faults, docs/testing.md): the provider as a real process, built
 # with -tags faults, SIGKILLed between the steps of creating and deleting each kind and
 # restarted with empty status; a host blackholed for two minutes while another keeps working.

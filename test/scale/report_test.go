@@ -29,14 +29,14 @@ type row struct {
 // XML, autostart).
 var maxCallsPerReconcile = map[string]float64{"KVMDomain": 3, "SeedVolume": 2, "BaseImage": 3}
 
-// check asserts what does not depend on the machine's speed: one SSH connection to the host, no
-// new libvirt connection in a steady window, each kind's calls per reconcile within the
+// check asserts what does not depend on the machine's speed: one SSH connection to each of the
+// hosts, no new libvirt connection in a steady window, each kind's calls per reconcile within the
 // architecture page's table, and whole-host or whole-pool scans bounded by the host status's
-// polls, not by the resources.
-func check(t *testing.T, f figures, n int, s settings) {
+// polls of each host, not by the resources.
+func check(t *testing.T, f figures, n int, s settings, hosts int) {
 	t.Helper()
-	if f.sshMax != 1 {
-		t.Errorf("with %d KVMDomains: the provider held %d SSH connections to the host, want 1", n, f.sshMax)
+	if want := slices.Repeat([]int{1}, hosts); !slices.Equal(f.sshMax, want) {
+		t.Errorf("with %d KVMDomains: the provider held %s SSH connections to the hosts, want one to each (%s)", n, perHost(f.sshMax), perHost(want))
 	}
 	if f.newConns != 0 {
 		t.Errorf("with %d KVMDomains: %.0f libvirt connections opened in a steady window, want 0", n, f.newConns)
@@ -56,12 +56,19 @@ func check(t *testing.T, f figures, n int, s settings) {
 	if err != nil {
 		t.Fatalf("the short run's poll %q: %v", s.poll, err)
 	}
-	// The host status reads the host once per poll: at most four scans a read, one host.
-	bound := 4 * (math.Ceil(f.minutes*float64(time.Minute)/float64(poll)) + 2)
+	// The host status reads each host once per poll: at most four scans a read.
+	bound := scanBound(f.minutes, poll, hosts)
 	if f.scansTotal > bound {
 		t.Errorf("with %d KVMDomains: %.0f whole-host or whole-pool scans in %.1f min, want at most %.0f (4 per host status read): something scans per resource",
 			n, f.scansTotal, f.minutes, bound)
 	}
+}
+
+// scanBound is how many whole-host or whole-pool scans a window of minutes may hold: the host
+// status reads each host once per poll, four scans a read, with two reads of slack for the
+// window's edges.
+func scanBound(minutes float64, poll time.Duration, hosts int) float64 {
+	return 4 * float64(hosts) * (math.Ceil(minutes*float64(time.Minute)/float64(poll)) + 2)
 }
 
 // withinCallBound says whether calls made in a window fit max per reconcile. The window counts a
@@ -73,14 +80,14 @@ func withinCallBound(calls, finished, inFlight, max float64) bool {
 }
 
 // report prints the table and writes it to SCALE_OUT, or _output/scale/results.txt.
-func report(t *testing.T, s settings, rows []row, machine string) {
+func report(t *testing.T, s settings, bd bed, rows []row, machine string) {
 	t.Helper()
 	var b strings.Builder
 	poll := s.poll
 	if poll == "" {
 		poll = "1m (default)"
 	}
-	fmt.Fprintf(&b, "provider-kvm scale bench: KVMDomains defined and shut off, each with its SeedVolume, over %d namespaces sharing one BaseImage's host image.\n", namespaces)
+	fmt.Fprintln(&b, intro(bd.names()))
 	fmt.Fprintf(&b, "One provider process, default flags (--max-reconcile-rate 10) but --poll %s; steady figures over %s; machine: %s.\n", poll, s.window, machine)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "step\tall Ready after\tRSS MiB\theap MiB\tgoroutines\tCPU s/min\tlibvirt calls/min\tscans\tnew conns\tSSH conns\treconciles/min\tp50\tp99\tAPI req/min\t")
@@ -90,10 +97,20 @@ func report(t *testing.T, s settings, rows []row, machine string) {
 			ready = r.ready.Round(time.Second).String()
 		}
 		f := r.fig
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%d\t%.0f\t%s\t%s\t%.0f\t\n",
-			r.step, ready, f.rssMiB, f.heapMiB, f.goroutines, f.cpuPerMin, f.callsPerMin, f.scansTotal, f.newConns, f.sshMax, f.recsPerMin, ms(f.p50), ms(f.p99), f.apiPerMin)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t%.0f\t\n",
+			r.step, ready, f.rssMiB, f.heapMiB, f.goroutines, f.cpuPerMin, f.callsPerMin, f.scansTotal, f.newConns, perHost(f.sshMax), f.recsPerMin, ms(f.p50), ms(f.p99), f.apiPerMin)
 	}
 	_ = tw.Flush()
+	if len(bd.hosts) > 1 {
+		fmt.Fprintf(&b, "Per host (%s): SSH connections (most seen), libvirt connections opened in the window:\n", strings.Join(bd.names(), ", "))
+		for _, r := range rows {
+			var parts []string
+			for i, h := range bd.hosts {
+				parts = append(parts, fmt.Sprintf("%s %d SSH, %.0f opened", h.name, r.fig.sshMax[i], r.fig.newConnsBy[h.ssh]))
+			}
+			fmt.Fprintf(&b, "  %s: %s\n", r.step, strings.Join(parts, "; "))
+		}
+	}
 	fmt.Fprintln(&b, "What each step's creation cost (from its first create until all were Ready):")
 	for _, r := range rows {
 		if r.created == 0 {
@@ -126,6 +143,15 @@ func report(t *testing.T, s settings, rows []row, machine string) {
 	if err := os.WriteFile(out, []byte(b.String()), 0o600); err != nil {
 		t.Errorf("writing the table: %v", err)
 	}
+}
+
+// intro is the table's first line: what the bench made and on which hosts.
+func intro(hosts []string) string {
+	if len(hosts) < 2 {
+		return fmt.Sprintf("provider-kvm scale bench: KVMDomains defined and shut off, each with its SeedVolume, over %d namespaces sharing one BaseImage's host image.", namespaces)
+	}
+	return fmt.Sprintf("provider-kvm scale bench: KVMDomains defined and shut off, each with its SeedVolume, over %d namespaces and split evenly over %d hosts (%s); each namespace has a BaseImage per host, sharing one host image on each host.",
+		namespaces, len(hosts), strings.Join(hosts, ", "))
 }
 
 func TestWithinCallBound(t *testing.T) {

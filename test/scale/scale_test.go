@@ -17,12 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	xpv2 "github.com/crossplane/crossplane/apis/v2/core/v2"
@@ -30,7 +24,6 @@ import (
 	"github.com/provider-kvm/provider-kvm/apis/v1alpha1"
 	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
 	"github.com/provider-kvm/provider-kvm/test/support/providerproc"
-	"github.com/provider-kvm/provider-kvm/test/support/testbed"
 )
 
 // namespaces is how many namespaces the resources spread over, as teams would.
@@ -46,14 +39,23 @@ type settings struct {
 	poll    string
 	window  time.Duration
 	full    bool // make bench-scale: every figure printed, the libvirtd restart, no assertions on size
+	lan     bool // SCALE_HOSTS=lan: the LAN bed's two hosts instead of the test bed's one
 	outFile string
 }
 
-// fromEnv reads SCALE_STEPS (comma-separated; default 50), SCALE_POLL and SCALE_WINDOW. Without
-// SCALE_STEPS it is the short run of make test: 50 KVMDomains, a 15 s poll so that the window
-// sees every resource polled twice, and the assertions that do not depend on the machine.
+// fromEnv reads SCALE_STEPS (comma-separated; default 50), SCALE_POLL, SCALE_WINDOW and
+// SCALE_HOSTS ("lan": the LAN bed's hosts; unset: the test bed). Without SCALE_STEPS it is the
+// short run of make test: 50 KVMDomains, a 15 s poll so that the window sees every resource
+// polled twice, and the assertions that do not depend on the machine.
 func fromEnv(t *testing.T) settings {
 	s := settings{steps: []int{50}, poll: "15s", window: 40 * time.Second, outFile: os.Getenv("SCALE_OUT")}
+	switch v := os.Getenv("SCALE_HOSTS"); v {
+	case "":
+	case "lan":
+		s.lan = true
+	default:
+		t.Fatalf("SCALE_HOSTS=%q: want lan, or unset for the test bed's one host", v)
+	}
 	if v := os.Getenv("SCALE_STEPS"); v != "" {
 		s.full, s.steps, s.poll, s.window = true, nil, "", 2*time.Minute
 		for f := range strings.SplitSeq(v, ",") {
@@ -78,13 +80,15 @@ func fromEnv(t *testing.T) settings {
 }
 
 // TestScale runs the provider as a process (default flags but --poll in the short run) against
-// a real API server and the test bed's libvirtd over SSH, with KVMDomains that are defined and
-// shut off (powerState Stopped), each with its SeedVolume, spread over ten namespaces whose
-// BaseImages share one verified image on the host. At each step it waits until all are Ready,
-// then measures a steady window from the provider's own metrics endpoint and ss.
+// a real API server and libvirtd over SSH, with KVMDomains that are defined and shut off
+// (powerState Stopped), each with its SeedVolume, spread over ten namespaces whose BaseImages
+// share one verified image per host: the test bed's one host, or with SCALE_HOSTS=lan the LAN
+// bed's two, split evenly (the test then runs inside netns node, as the provider would). At each
+// step it waits until all are Ready, then measures a steady window from the provider's own
+// metrics endpoint and ss.
 func TestScale(t *testing.T) {
 	s := fromEnv(t)
-	tb := testbed.Require(t)
+	hosts := requireBed(t, s.lan)
 	env := controlplane.Start(t)
 	ctx := context.Background()
 	kube := env.Client
@@ -97,25 +101,77 @@ func TestScale(t *testing.T) {
 	img := make([]byte, imageSize)
 	copy(img, "provider-kvm scale bench image")
 	sum := sha256.Sum256(img)
+	digest := hex.EncodeToString(sum[:])
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(img) }))
 	t.Cleanup(srv.Close)
 
-	env.HostConfig(t, tb, "default")
-	env.AllowImageServer(t, "default", srv.URL)
-	// A thousand defined domains of 1 vCPU and 128 MiB commit far more than the bed's two CPUs:
-	// stopped domains count, so the ratios are raised for the bench.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cpc := &v1alpha1.ClusterProviderConfig{}
-		if err := kube.Get(ctx, types.NamespacedName{Name: "default"}, cpc); err != nil {
-			return err
-		}
-		cpc.Spec.Allocation = &v1alpha1.AllocationRatios{CPU: ptr.To(resource.MustParse("1024")), Memory: ptr.To(resource.MustParse("64"))}
-		return kube.Update(ctx, cpc)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := hosts(env)
+	b.prepare(t, env, srv.URL)
 
+	p, m := startProvider(t, s, env, bin, kubeconfig, b)
+	for i := range namespaces {
+		ns := nsName(i)
+		env.Namespace(t, ns)
+		for _, h := range b.hosts {
+			if err := kube.Create(ctx, h.baseImage(ns, srv.URL+"/base.raw", digest)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	made := 0
+	t.Cleanup(func() { b.cleanup(t, kube, s.cleanupBound(made), p.Stop, !s.full, digest) })
+
+	var rows []row
+	for _, n := range s.steps {
+		t0, before, created := time.Now(), m.sample(t), n-made
+		for ; made < n; made++ {
+			for _, o := range b.pair(made) {
+				if err := kube.Create(ctx, o); err != nil {
+					t.Fatalf("creating %s/%s: %v", o.GetNamespace(), o.GetName(), err)
+				}
+			}
+		}
+		controlplane.Eventually(t, readyBound(n), fmt.Sprintf("%d KVMDomains and their SeedVolumes Ready", n), func() error {
+			if err := p.Alive(); err != nil {
+				return err
+			}
+			return allReady(ctx, kube, n, b.bases())
+		})
+		r := row{step: fmt.Sprintf("%d %s", n, b.where), ready: time.Since(t0), created: created, ramp: rampOf(before, m.sample(t))}
+		// Let the first reconciles after Ready pass (a new seed is read back once), then measure.
+		time.Sleep(s.settle(n, b.bases()))
+		r.fig = m.window(t, s.window, nil)
+		if err := allReady(ctx, kube, n, b.bases()); err != nil {
+			t.Errorf("with %d: a resource left Ready during the measurement: %v", n, err)
+		}
+		rows = append(rows, r)
+		t.Logf("%s: Ready after %s (%d created: %.0f libvirt calls, %.0f definitions read); %s", r.step, r.ready.Round(time.Second), created, r.ramp.calls, r.ramp.xml, r.fig.brief())
+		if !s.full {
+			check(t, r.fig, n, s, len(b.hosts))
+		}
+	}
+	if s.full {
+		// libvirtd restarts on one host (the last): the connection is opened again once, the
+		// events are registered again, and nothing storms.
+		h := b.hosts[len(b.hosts)-1]
+		r := row{step: fmt.Sprintf("%d, libvirtd restarted", made)}
+		if len(b.hosts) > 1 {
+			r.step = fmt.Sprintf("%d, %s's libvirtd restarted", made, h.name)
+		}
+		r.fig = m.window(t, s.window, func() { h.restart(t) })
+		rows = append(rows, r)
+		t.Logf("%s: %s", r.step, r.fig.brief())
+	}
+	report(t, s, b, rows, machine())
+	if t.Failed() {
+		t.Logf("the provider's log: %s", p.Log)
+	}
+}
+
+// startProvider starts the provider process with the run's flags and waits for its metrics
+// endpoint; the meter reads it and counts its SSH connections to each of the bed's hosts.
+func startProvider(t *testing.T, s settings, env *controlplane.Env, bin, kubeconfig string, b bed) (*providerproc.Process, *meter) {
+	t.Helper()
 	metricsAddr, pprofAddr := freePort(t), freePort(t)
 	args := []string{"--no-leader-election", "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0",
 		"--pprof-bind-address=" + pprofAddr, "--cluster-id=" + env.ClusterID}
@@ -127,7 +183,7 @@ func TestScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := providerproc.Start(t, bin, kubeconfig, filepath.Join(logDir, "provider.log"), nil, args...)
-	m := &meter{url: "http://" + metricsAddr + "/metrics", pid: p.Cmd.Process.Pid, sshPort: tb.SSHPort}
+	m := &meter{url: "http://" + metricsAddr + "/metrics", pid: p.Cmd.Process.Pid, peers: b.peers()}
 	controlplane.Eventually(t, time.Minute, "the provider's metrics endpoint answering", func() error {
 		if err := p.Alive(); err != nil {
 			return err
@@ -138,67 +194,14 @@ func TestScale(t *testing.T) {
 		}
 		return resp.Body.Close()
 	})
-
-	for i := range namespaces {
-		ns := nsName(i)
-		env.Namespace(t, ns)
-		bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "base"}, Spec: v1alpha1.BaseImageSpec{
-			ForProvider: v1alpha1.BaseImageParameters{Format: v1alpha1.ImageFormatRaw,
-				Source: v1alpha1.ImageSource{URL: srv.URL + "/base.raw", SHA256: hex.EncodeToString(sum[:])}}}}
-		if err := kube.Create(ctx, bi); err != nil {
-			t.Fatal(err)
-		}
-	}
-	made := 0
-	t.Cleanup(func() { cleanup(t, kube, readyBound(made)) })
-
-	var rows []row
-	for _, n := range s.steps {
-		t0, before, created := time.Now(), m.sample(t), n-made
-		for ; made < n; made++ {
-			for _, o := range pair(made) {
-				if err := kube.Create(ctx, o); err != nil {
-					t.Fatalf("creating %s/%s: %v", o.GetNamespace(), o.GetName(), err)
-				}
-			}
-		}
-		controlplane.Eventually(t, readyBound(n), fmt.Sprintf("%d KVMDomains and their SeedVolumes Ready", n), func() error {
-			if err := p.Alive(); err != nil {
-				return err
-			}
-			return allReady(ctx, kube, n)
-		})
-		r := row{step: fmt.Sprintf("%d on one host", n), ready: time.Since(t0), created: created, ramp: rampOf(before, m.sample(t))}
-		// Let the first reconciles after Ready pass (a new seed is read back once), then measure.
-		time.Sleep(s.settle(n))
-		r.fig = m.window(t, s.window, nil)
-		if err := allReady(ctx, kube, n); err != nil {
-			t.Errorf("with %d: a resource left Ready during the measurement: %v", n, err)
-		}
-		rows = append(rows, r)
-		t.Logf("%s: Ready after %s (%d created: %.0f libvirt calls, %.0f definitions read); %s", r.step, r.ready.Round(time.Second), created, r.ramp.calls, r.ramp.xml, r.fig.brief())
-		if !s.full {
-			check(t, r.fig, n, s)
-		}
-	}
-	if s.full {
-		// libvirtd restarts on the host: the connection is opened again once, the events are
-		// registered again, and nothing storms.
-		r := row{step: fmt.Sprintf("%d, libvirtd restarted", made)}
-		r.fig = m.window(t, s.window, func() { tb.Control(t, "restart-libvirtd") })
-		rows = append(rows, r)
-		t.Logf("%s: %s", r.step, r.fig.brief())
-	}
-	report(t, s, rows, machine())
-	if t.Failed() {
-		t.Logf("the provider's log: %s", p.Log)
-	}
+	return p, m
 }
 
 // settle is how long after all are Ready a step waits before measuring: a quarter window in the
 // short run; in the full one, a whole cycle of reconciles, the poll or, when the reconcile rate
-// bounds it, the time 10 reconciles a second take to go over every resource once.
-func (s settings) settle(n int) time.Duration {
+// bounds it, the time 10 reconciles a second take to go over every resource once (n KVMDomains,
+// n seeds and the bases).
+func (s settings) settle(n, bases int) time.Duration {
 	if !s.full {
 		return s.window / 4
 	}
@@ -206,7 +209,17 @@ func (s settings) settle(n int) time.Duration {
 	if d, err := time.ParseDuration(s.poll); err == nil {
 		poll = d
 	}
-	return max(poll+poll/5, time.Duration(2*n+namespaces)*time.Second/10)
+	return max(poll+poll/5, time.Duration(2*n+bases)*time.Second/10)
+}
+
+// cleanupBound is how long deleting made KVMDomains with their seeds through Kubernetes may take
+// before the rest is removed from the hosts directly: the Ready bound in the short run (an error
+// past it), at most 8 minutes in the full one (at a thousand the finalizers wait behind the polls).
+func (s settings) cleanupBound(made int) time.Duration {
+	if !s.full {
+		return readyBound(made)
+	}
+	return min(readyBound(made), 8*time.Minute)
 }
 
 // readyBound is how long n KVMDomains and their SeedVolumes may take to become Ready: at the
@@ -215,21 +228,9 @@ func readyBound(n int) time.Duration { return 5*time.Minute + time.Duration(n)*2
 
 func nsName(i int) string { return fmt.Sprintf("scale-%02d", i%namespaces) }
 
-// pair is the i-th SeedVolume and the KVMDomain that boots from it and its namespace's base.
-func pair(i int) []client.Object {
-	ns, name := nsName(i), fmt.Sprintf("d%04d", i)
-	return []client.Object{
-		&v1alpha1.SeedVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.SeedVolumeSpec{
-			ForProvider: v1alpha1.SeedVolumeParameters{Hostname: name, UserData: ptr.To("#cloud-config\n")}}},
-		&v1alpha1.KVMDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.KVMDomainSpec{
-			ForProvider: v1alpha1.KVMDomainParameters{VCPU: 1, MemoryMiB: 128, PowerState: v1alpha1.PowerStateStopped,
-				BaseImageRef:  &xpv2.NamespacedReference{Name: "base"},
-				SeedVolumeRef: &xpv2.NamespacedReference{Name: name}}}},
-	}
-}
-
-// allReady returns why fewer than n KVMDomains and n SeedVolumes are Ready and Synced, or nil.
-func allReady(ctx context.Context, kube client.Client, n int) error {
+// allReady returns why fewer than n KVMDomains, n SeedVolumes and bases BaseImages are Ready and
+// Synced, or nil.
+func allReady(ctx context.Context, kube client.Client, n, bases int) error {
 	var ds v1alpha1.KVMDomainList
 	var ss v1alpha1.SeedVolumeList
 	var bs v1alpha1.BaseImageList
@@ -265,41 +266,11 @@ func allReady(ctx context.Context, kube client.Client, n int) error {
 	for i := range bs.Items {
 		count(2, "BaseImage", bs.Items[i].Namespace+"/"+bs.Items[i].Name, &bs.Items[i])
 	}
-	if ready[0] < n || ready[1] < n || ready[2] < namespaces {
+	if ready[0] < n || ready[1] < n || ready[2] < bases {
 		return fmt.Errorf("Ready: %d of %d KVMDomains, %d of %d SeedVolumes, %d of %d BaseImages; first not Ready: %s",
-			ready[0], n, ready[1], n, ready[2], namespaces, first)
+			ready[0], n, ready[1], n, ready[2], bases, first)
 	}
 	return nil
-}
-
-// cleanup deletes the run's resources, KVMDomains first, and waits until they are gone, so the
-// shared test bed is left as it was.
-func cleanup(t *testing.T, kube client.Client, bound time.Duration) {
-	ctx := context.Background()
-	for _, kind := range []struct {
-		obj  client.Object
-		list client.ObjectList
-		name string
-	}{
-		{&v1alpha1.KVMDomain{}, &v1alpha1.KVMDomainList{}, "KVMDomains"},
-		{&v1alpha1.SeedVolume{}, &v1alpha1.SeedVolumeList{}, "SeedVolumes"},
-		{&v1alpha1.BaseImage{}, &v1alpha1.BaseImageList{}, "BaseImages"},
-	} {
-		for i := range namespaces {
-			if err := kube.DeleteAllOf(ctx, kind.obj, client.InNamespace(nsName(i))); err != nil {
-				t.Errorf("deleting the bench's %s in %s: %v", kind.name, nsName(i), err)
-			}
-		}
-		controlplane.Eventually(t, bound, "the bench's "+kind.name+" deleted", func() error {
-			if err := kube.List(ctx, kind.list); err != nil {
-				return err
-			}
-			if n := meta.LenList(kind.list); n > 0 {
-				return fmt.Errorf("%d %s left", n, kind.name)
-			}
-			return nil
-		})
-	}
 }
 
 // freePort is a loopback address with a port free at the time of asking.
