@@ -109,6 +109,8 @@ func TestScale(t *testing.T) {
 	b.prepare(t, env, srv.URL)
 
 	p, m := startProvider(t, s, env, bin, kubeconfig, b)
+	made := 0
+	t.Cleanup(func() { b.cleanup(t, kube, s.cleanupBound(made), p.Stop, !s.full, digest) })
 	for i := range namespaces {
 		ns := nsName(i)
 		env.Namespace(t, ns)
@@ -118,8 +120,6 @@ func TestScale(t *testing.T) {
 			}
 		}
 	}
-	made := 0
-	t.Cleanup(func() { b.cleanup(t, kube, s.cleanupBound(made), p.Stop, !s.full, digest) })
 
 	var rows []row
 	for _, n := range s.steps {
