@@ -88,7 +88,7 @@ func lanHosts(t *testing.T, env *controlplane.Env, l *lanbed.Env) bed {
 	b := bed{where: fmt.Sprintf("over %d hosts", len(l.Hosts))}
 	for _, h := range l.Hosts {
 		cpc := &v1alpha1.ClusterProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: h.Name}, Spec: v1alpha1.ProviderConfigSpec{
-			Transport: v1alpha1.TransportSSH, Host: h.IP, Port: int32(l.SSHPort), User: l.User, //nolint:gosec // a TCP port
+			Transport: v1alpha1.TransportSSH, Host: h.IP, Port: int32(l.SSHPort), User: l.User,
 			Credentials: &v1alpha1.SSHCredentials{SecretRef: sel("ssh-privatekey")}, KnownHosts: &v1alpha1.KnownHosts{SecretRef: sel("known_hosts")},
 			LibvirtSocket: l.Socket, URI: "qemu:///system",
 			Defaults: v1alpha1.HostDefaults{DomainType: v1alpha1.DomainTypeQEMU, Pool: h.Pool, Bridge: h.Bridge},
@@ -271,7 +271,7 @@ func removeLeftovers(h *hostinspect.Host, digest string) (int, []error) {
 // readFile is a file of the bed, e.g. its SSH key.
 func readFile(t *testing.T, path string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(path) //nolint:gosec // a path of the bed's env.sh
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("reading the bed's %s: %v", path, err)
 	}

@@ -7,6 +7,7 @@
 package lanbed
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
 	"github.com/provider-kvm/provider-kvm/test/support/hostinspect"
@@ -105,7 +107,9 @@ func (e *Env) Inspect(h Host) *hostinspect.Host {
 // the bed's lock, as every user of the bed does.
 func (e *Env) Control(t testing.TB, h Host, action string) {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(controlplane.RepoRoot(), "cluster", "lan", "ctl.sh"), h.Name, action).CombinedOutput() //nolint:gosec // the bed's own script
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(controlplane.RepoRoot(), "cluster", "lan", "ctl.sh"), h.Name, action).CombinedOutput() //nolint:gosec // the bed's own script
 	if err != nil {
 		t.Fatalf("cluster/lan/ctl.sh %s %s: %v\n%s", h.Name, action, err, out)
 	}
