@@ -237,3 +237,25 @@ spec:
 		t.Errorf("composed domains %q: none on host b", got)
 	}
 }
+
+// TestHostsAskedForPinnedReplicas: a Proxy of two replicas whose spec.host places replica 0 and
+// whose replica 1 is placed needs no placement, but still asks for the hosts, so that a host
+// that is not Ready takes its replica out of the Service.
+func TestHostsAskedForPinnedReplicas(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	pinned := strings.Replace(replicatedXR, "replicas: 2", "replicas: 2\n  host: host-a", 1)
+	two, twoStatus := settled(t, pinned)
+	bothSt := statusOf{ResourceDomain: domainAt("192.168.122.50", true), ResourceSeed: inputReady,
+		"domain-r1-<id>": domainAt("192.168.122.51", true), "seed-r1-<id>": inputReady}
+	req := newRequest(t, xrWithStatus(t, pinned, twoStatus), observe(t, two, bothSt))
+	withHosts(t, req) // not given yet
+	rsp := runAt(t, req, now)
+	if r := rsp.GetRequirements().GetResources()[RequirementHosts]; r == nil || r.GetKind() != "ClusterProviderConfig" {
+		t.Fatalf("the hosts are not asked for: %v", rsp.GetRequirements())
+	}
+	withHosts(t, req, hostCPC(t, "host-a", hostOpts{unready: true, downSince: "2026-01-01T11:59:00Z"}), hostCPC(t, "host-b", hostOpts{}))
+	rsp = runAt(t, req, now)
+	if diff := cmp.Diff([]string{"192.168.122.51=true"}, endpointIPs(desired(rsp))); diff != "" {
+		t.Errorf("EndpointSlice with host-a not Ready (-want +got):\n%s", diff)
+	}
+}

@@ -110,13 +110,24 @@ func observedReplica(observed map[resource.Name]resource.ObservedComposed, r int
 // placeReplicas decides the hosts of replicas 1 to p.Replicas-1 (replica 0's is first): the
 // host its composed resources name, else the one status.generations recorded, else one
 // placement chooses apart from the others' hosts. spec.host names replica 0's host only; the
-// others are placed among the hosts the platform (and the shared BaseImage) allow. When placement needs the hosts, w is the
-// requirement to ask for (nil when none is needed).
+// others are placed among the hosts the platform (and the shared BaseImage) allow. w is the
+// requirement of the hosts to ask for: while placement needs them, and always for a Proxy of
+// several replicas (nil for one replica placed).
 func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spec ProxySpec, p Proxy, ns string, pol ppv1.ProxyPolicy,
 	observed map[resource.Name]resource.ObservedComposed, first string, view hostView) ([]replicaAt, *where, error) {
 	at, need := placedReplicas(xr, observed, int(p.Replicas), first, view)
 	if len(need) == 0 {
-		return at, nil, nil
+		if p.Replicas < 2 {
+			return at, nil, nil
+		}
+		// Every replica placed: the hosts are still asked for, to tell which are not Ready
+		// (hosts.go: a replica there leaves the Service while another serves), also for a
+		// Proxy whose spec.host needs no placement of replica 0.
+		sel, err := selector(spec.HostSelector, pol)
+		if err != nil {
+			return nil, nil, err
+		}
+		return at, &where{selector: sel}, nil
 	}
 	mode := antiAffinity(pol)
 	hosts, w, err := candidates(req, spec, p, ns, pol)

@@ -111,8 +111,12 @@ func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other strin
 	}
 	logf("  %s: 2/2 replicas, %s on %s and %s on %s, both in the EndpointSlice (%s) and answering 204",
 		pc.label(), pc.name, home, r1.Name, other, strings.Join(ips, ", "))
-	if err := e.checkHostDown(ctx, pc, home); err != nil {
-		return err
+	if e.cfg.HostDown {
+		if err := e.checkHostDown(ctx, pc, home); err != nil {
+			return err
+		}
+	} else {
+		logf("  %s: NOT RUN: the host-down check (HOST_DOWN=1 runs it; not yet part of make e2e by default)", pc.label())
 	}
 	onHost, err := e.hosts.DomainObjects(pc.ns + "_" + r1.Name)
 	if err != nil {
@@ -305,7 +309,9 @@ func (e *env) checkHostDown(ctx context.Context, pc proxyCase, host string) erro
 		return err
 	}
 	logf("  %s: %s's libvirtd stopped (its guest %s keeps running); a request through the Service (%s) every 0.5 s", pc.label(), hc.LAN, onHost, addr)
-	if err := waitFor(ctx, pc.label()+" at 1 of 2 with "+host+" not Ready", time.Second, 4*time.Minute, func(ctx context.Context) error {
+	// The host status calls a host not Ready after its retries (about 2 minutes), and the Proxy
+	// is composed again within Crossplane's poll.
+	if err := waitFor(ctx, pc.label()+" at 1 of 2 with "+host+" not Ready", time.Second, 6*time.Minute, func(ctx context.Context) error {
 		return state(ctx, 1, 1)
 	}); err != nil {
 		return err
@@ -318,7 +324,7 @@ func (e *env) checkHostDown(ctx context.Context, pc proxyCase, host string) erro
 	if err := e.lanCtl(ctx, hc.LAN, "start-libvirtd"); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, pc.label()+" back at 2 of 2", time.Second, 4*time.Minute, func(ctx context.Context) error {
+	if err := waitFor(ctx, pc.label()+" back at 2 of 2", time.Second, 6*time.Minute, func(ctx context.Context) error {
 		return state(ctx, 2, 2)
 	}); err != nil {
 		return err
