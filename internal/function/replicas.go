@@ -117,17 +117,8 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 	observed map[resource.Name]resource.ObservedComposed, first string, view hostView) ([]replicaAt, *where, error) {
 	at, need := placedReplicas(xr, observed, int(p.Replicas), first, view)
 	if len(need) == 0 {
-		if p.Replicas < 2 {
-			return at, nil, nil
-		}
-		// Every replica placed: the hosts are still asked for, to tell which are not Ready
-		// (hosts.go: a replica there leaves the Service while another serves), also for a
-		// Proxy whose spec.host needs no placement of replica 0.
-		sel, err := selector(spec.HostSelector, pol)
-		if err != nil {
-			return nil, nil, err
-		}
-		return at, &where{selector: sel}, nil
+		w, err := hostsToWatch(spec, p, pol)
+		return at, w, err
 	}
 	mode := antiAffinity(pol)
 	hosts, w, err := candidates(req, spec, p, ns, pol)
@@ -179,6 +170,21 @@ func placeReplicas(req *fnv1.RunFunctionRequest, xr *composite.Unstructured, spe
 		use(d.Host)
 	}
 	return at, &w, nil
+}
+
+// hostsToWatch is the hosts requirement of a Proxy whose replicas are all placed: none for one
+// replica; for several, the hosts are still asked for, to tell which are not Ready (hosts.go: a
+// replica there leaves the Service while another serves), also for a Proxy whose spec.host
+// needs no placement of replica 0.
+func hostsToWatch(spec ProxySpec, p Proxy, pol ppv1.ProxyPolicy) (*where, error) {
+	if p.Replicas < 2 {
+		return nil, nil
+	}
+	sel, err := selector(spec.HostSelector, pol)
+	if err != nil {
+		return nil, err
+	}
+	return &where{selector: sel}, nil
 }
 
 // placedReplicas are the n replicas' hosts as placed before (replica 0's is first): of each
