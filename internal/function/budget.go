@@ -98,14 +98,9 @@ func holders(req *fnv1.RunFunctionRequest, ns string) ([]holder, bool, error) {
 
 // requireHolders asks Crossplane for every Proxy and ProxyClaim of the namespace.
 func requireHolders(rsp *fnv1.RunFunctionResponse, ns string) {
-	if rsp.Requirements == nil {
-		rsp.Requirements = &fnv1.Requirements{}
-	}
-	if rsp.Requirements.Resources == nil {
-		rsp.Requirements.Resources = map[string]*fnv1.ResourceSelector{}
-	}
+	asked := requirements(rsp)
 	for name, kind := range map[string]string{requiredProxies: "Proxy", requiredClaims: "ProxyClaim"} {
-		rsp.Requirements.Resources[name] = &fnv1.ResourceSelector{
+		asked[name] = &fnv1.ResourceSelector{
 			ApiVersion: proxyAPIVersion, Kind: kind, Namespace: &ns,
 			Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{}}},
 		}

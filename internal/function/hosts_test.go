@@ -172,24 +172,9 @@ func TestFailoverSequence(t *testing.T) {
 		hostCPC(t, "host-b", hostOpts{unready: true, downSince: "2026-01-01T11:50:00Z"}), hostCPC(t, "host-c", hostOpts{})}
 	// What the provider reports of each KVMDomain: by its host.
 	byHost := map[string]string{"host-a": domainAt("192.168.122.50", true), "host-b": domainAt("192.168.122.51", true), "host-c": domainAt("192.168.122.52", true)}
-	statusNow := func(d map[string]map[string]any) map[string]string {
-		s := map[string]string{}
-		for k, o := range d {
-			switch {
-			case k == ResourceDomain || strings.HasPrefix(k, ResourceDomain+"-"):
-				spec, _ := o["spec"].(map[string]any)
-				ref, _ := spec["providerConfigRef"].(map[string]any)
-				h, _ := ref["name"].(string)
-				s[k] = byHost[h]
-			case k == ResourceSeed || strings.HasPrefix(k, ResourceSeed+"-"):
-				s[k] = inputReady
-			}
-		}
-		return s
-	}
 	var steps []string
 	for range 12 {
-		req := newRequest(t, xrWithStatus(t, replicatedXR, status), asObserved(t, d, statusNow(d)))
+		req := newRequest(t, xrWithStatus(t, replicatedXR, status), asObserved(t, d, statusByHost(d, byHost)))
 		req.Input = st(t, testPolicy+"placement: {failoverAfter: 5m}\n")
 		withHosts(t, req, hosts...)
 		rsp := runAt(t, req, now)
@@ -258,4 +243,22 @@ func TestHostsAskedForPinnedReplicas(t *testing.T) {
 	if diff := cmp.Diff([]string{"192.168.122.51=true"}, endpointIPs(desired(rsp))); diff != "" {
 		t.Errorf("EndpointSlice with host-a not Ready (-want +got):\n%s", diff)
 	}
+}
+
+// statusByHost is the observed status of desired resources d: each KVMDomain's as byHost gives
+// it for the host it is on, each SeedVolume Ready.
+func statusByHost(d map[string]map[string]any, byHost map[string]string) map[string]string {
+	s := map[string]string{}
+	for k, o := range d {
+		switch {
+		case k == ResourceDomain || strings.HasPrefix(k, ResourceDomain+"-"):
+			spec, _ := o["spec"].(map[string]any)
+			ref, _ := spec["providerConfigRef"].(map[string]any)
+			h, _ := ref["name"].(string)
+			s[k] = byHost[h]
+		case k == ResourceSeed || strings.HasPrefix(k, ResourceSeed+"-"):
+			s[k] = inputReady
+		}
+	}
+	return s
 }

@@ -73,14 +73,9 @@ func queueMoves(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, pol
 // has not given them (they are asked for in rsp).
 func movingOff(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, host, ns, xr string, counted map[string]int) (int, bool, error) {
 	key := requiredMovesPrefix + host
-	if rsp.Requirements == nil {
-		rsp.Requirements = &fnv1.Requirements{}
-	}
-	if rsp.Requirements.Resources == nil {
-		rsp.Requirements.Resources = map[string]*fnv1.ResourceSelector{}
-	}
+	asked := requirements(rsp)
 	// No namespace: every namespace's. Nothing of them is named anywhere; only counted.
-	rsp.Requirements.Resources[key] = &fnv1.ResourceSelector{
+	asked[key] = &fnv1.ResourceSelector{
 		ApiVersion: hostsAPIVersion,
 		Kind:       v1alpha1.KVMDomainKind,
 		Match:      &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{LabelMovingFrom: host}}},

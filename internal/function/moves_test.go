@@ -117,18 +117,7 @@ func TestMoveBegunGoesOn(t *testing.T) {
 	byHost := map[string]string{"host-a": domainAt("192.168.122.50", true), "host-b": domainAt("192.168.122.52", true)}
 	call := func(moving ...*fnv1.Resource) *fnv1.RunFunctionResponse {
 		t.Helper()
-		s := map[string]string{}
-		for k, o := range d {
-			switch {
-			case k == ResourceDomain || strings.HasPrefix(k, ResourceDomain+"-"):
-				spec, _ := o["spec"].(map[string]any)
-				ref, _ := spec["providerConfigRef"].(map[string]any)
-				s[k] = byHost[ref["name"].(string)]
-			case k == ResourceSeed || strings.HasPrefix(k, ResourceSeed+"-"):
-				s[k] = inputReady
-			}
-		}
-		req := newRequest(t, xrWithStatus(t, oneXR, status), asObserved(t, d, s))
+		req := newRequest(t, xrWithStatus(t, oneXR, status), asObserved(t, d, statusByHost(d, byHost)))
 		req.Input = st(t, testPolicy+"placement: {maxMovesPerHost: 1}\n")
 		withHosts(t, req, hosts...)
 		req.RequiredResources[requiredMovesPrefix+"host-a"] = &fnv1.Resources{Items: moving}

@@ -368,22 +368,28 @@ func candidate(obj map[string]any) (placement.Host, error) {
 	return placement.HostOf(&c), nil
 }
 
-// require asks Crossplane for the hosts sel matches (every ClusterProviderConfig when sel is
-// empty).
-func require(rsp *fnv1.RunFunctionResponse, w where) {
+// requirements are the resources rsp asks Crossplane for, made when rsp has none yet.
+func requirements(rsp *fnv1.RunFunctionResponse) map[string]*fnv1.ResourceSelector {
 	if rsp.Requirements == nil {
 		rsp.Requirements = &fnv1.Requirements{}
 	}
 	if rsp.Requirements.Resources == nil {
 		rsp.Requirements.Resources = map[string]*fnv1.ResourceSelector{}
 	}
-	rsp.Requirements.Resources[RequirementHosts] = &fnv1.ResourceSelector{
+	return rsp.Requirements.Resources
+}
+
+// require asks Crossplane for the hosts sel matches (every ClusterProviderConfig when sel is
+// empty).
+func require(rsp *fnv1.RunFunctionResponse, w where) {
+	asked := requirements(rsp)
+	asked[RequirementHosts] = &fnv1.ResourceSelector{
 		ApiVersion: hostsAPIVersion,
 		Kind:       v1alpha1.ClusterProviderConfigKind,
 		Match:      &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: w.selector}},
 	}
 	if w.namespaceNeeded {
-		rsp.Requirements.Resources[RequirementNamespace] = &fnv1.ResourceSelector{
+		asked[RequirementNamespace] = &fnv1.ResourceSelector{
 			ApiVersion: "v1",
 			Kind:       "Namespace",
 			Match:      &fnv1.ResourceSelector_MatchName{MatchName: w.ns},
@@ -391,7 +397,7 @@ func require(rsp *fnv1.RunFunctionResponse, w where) {
 	}
 	if w.image != "" {
 		ns := w.ns
-		rsp.Requirements.Resources[RequirementBaseImage] = &fnv1.ResourceSelector{
+		asked[RequirementBaseImage] = &fnv1.ResourceSelector{
 			ApiVersion: hostsAPIVersion,
 			Kind:       v1alpha1.BaseImageKind,
 			Match:      &fnv1.ResourceSelector_MatchName{MatchName: w.image},
