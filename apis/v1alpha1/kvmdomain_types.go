@@ -207,6 +207,16 @@ type KVMDomainParameters struct {
 	// +kubebuilder:default=Running
 	PowerState PowerState `json:"powerState,omitempty"`
 
+	// ShutdownGracePeriodSeconds is how long a guest gets to shut down after it is asked to
+	// (powerState Stopped, or the KVMDomain's deletion) before it is powered off. The request
+	// is repeated every 15 seconds meanwhile, so a guest still booting when it came also acts
+	// on it. 0 powers the guest off at once.
+	// +optional
+	// +kubebuilder:default=90
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	ShutdownGracePeriodSeconds *int32 `json:"shutdownGracePeriodSeconds,omitempty"`
+
 	// ReadinessProbe must pass before the domain is Ready. Without it, Ready means running
 	// with a known IPv4 address.
 	// +optional

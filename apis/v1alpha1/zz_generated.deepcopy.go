@@ -669,6 +669,11 @@ func (in *KVMDomainParameters) DeepCopyInto(out *KVMDomainParameters) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.ShutdownGracePeriodSeconds != nil {
+		in, out := &in.ShutdownGracePeriodSeconds, &out.ShutdownGracePeriodSeconds
+		*out = new(int32)
+		**out = **in
+	}
 	if in.ReadinessProbe != nil {
 		in, out := &in.ReadinessProbe, &out.ReadinessProbe
 		*out = new(ReadinessProbe)

@@ -11,6 +11,14 @@
 // printed, so the output shows the Service's cluster IP the requests went to. It refuses to
 // run without a proxy (a direct request could answer 204 as well), and exits 1 when a request
 // got no HTTP answer at all; a 403 is an answer.
+//
+// With HTTPGET_EVERY set to a duration, it asks again every that long until it is stopped
+// (SIGTERM, as a pod's deletion sends), each line prefixed with the time the round began, and
+// each request bounded by the interval's tenfold (at most the 20 s above): the prober a
+// test watches a Proxy through while its replicas come and go.
+//
+//	12:04:05.5 204 http://10.77.0.10:18204/ via="1.1 egress-a (squid/5.7)"
+//	12:04:06.0 ERROR http://10.77.0.10:18204/ context deadline exceeded
 package main
 
 import (
@@ -21,7 +29,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpproxy"
@@ -31,7 +41,10 @@ import (
 const timeout = 20 * time.Second
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // run does the work of main with its arguments, environment and outputs; it returns the exit
@@ -42,6 +55,11 @@ func run(ctx context.Context, urls []string, getenv func(string) string, stdout,
 		return 2
 	}
 	proxy, err := proxyURL(getenv)
+	if err != nil {
+		say(stderr, "httpget: %v\n", err)
+		return 2
+	}
+	every, err := interval(getenv("HTTPGET_EVERY"))
 	if err != nil {
 		say(stderr, "httpget: %v\n", err)
 		return 2
@@ -62,17 +80,51 @@ func run(ctx context.Context, urls []string, getenv func(string) string, stdout,
 	c := &http.Client{Transport: tr, Timeout: timeout,
 		// A redirect is the answer: its status is printed, not followed.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if every == 0 {
+		return round(ctx, c, urls, "", stdout)
+	}
+	c.Timeout = min(timeout, 10*every)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0
+		case at := <-tick.C:
+			round(ctx, c, urls, at.UTC().Format("15:04:05.0")+" ", stdout)
+		}
+	}
+}
+
+// round GETs each of urls once and prints a line per answer, each after prefix; it returns
+// 1 when a request got no HTTP answer.
+func round(ctx context.Context, c *http.Client, urls []string, prefix string, stdout io.Writer) int {
 	status := 0
 	for _, u := range urls {
 		line, err := get(ctx, c, u)
+		if ctx.Err() != nil && prefix != "" {
+			return status // stopped in the middle of a request: no answer to report
+		}
 		if err != nil {
-			say(stdout, "ERROR %s %v\n", u, err)
+			say(stdout, "%sERROR %s %v\n", prefix, u, err)
 			status = 1
 			continue
 		}
-		say(stdout, "%s\n", line)
+		say(stdout, "%s%s\n", prefix, line)
 	}
 	return status
+}
+
+// interval is HTTPGET_EVERY's duration: 0 when unset (one round), at least 100ms.
+func interval(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 100*time.Millisecond {
+		return 0, fmt.Errorf("HTTPGET_EVERY %q is not a duration of at least 100ms", v)
+	}
+	return d, nil
 }
 
 // say prints to w; a pod's log that cannot be written to has nobody to tell.

@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -79,6 +81,13 @@ func TestRun(t *testing.T) {
 			want:    1,
 			wantOut: "proxy http://" + deadAddr + " resolves to " + host + "\nERROR http://origin.test/",
 		},
+		"BadEvery": {
+			reason:  "An interval that is no duration, or under 100ms, is refused before any request.",
+			urls:    []string{"http://origin.test/"},
+			env:     map[string]string{"HTTP_PROXY": proxy.URL, "HTTPGET_EVERY": "5"},
+			want:    2,
+			wantErr: "httpget: HTTPGET_EVERY \"5\" is not a duration of at least 100ms\n",
+		},
 		"NoURL": {
 			reason:  "Without a URL it says how to use it.",
 			env:     map[string]string{"HTTP_PROXY": proxy.URL},
@@ -108,5 +117,26 @@ func TestRun(t *testing.T) {
 				t.Errorf("%s\nrequests the proxy saw: -want +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+func TestEvery(t *testing.T) {
+	proxy, _ := fakeProxy(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 550*time.Millisecond)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	env := map[string]string{"HTTP_PROXY": proxy.URL, "HTTPGET_EVERY": "100ms"}
+	if got := run(ctx, []string{"http://origin.test/"}, func(k string) string { return env[k] }, &out, &errOut); got != 0 {
+		t.Fatalf("run(...) until stopped: exit %d, want 0 (stderr %q)", got, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 3 { // the proxy line and at least two rounds
+		t.Fatalf("want the proxy line and at least two rounds in 550ms at 100ms, got:\n%s", out.String())
+	}
+	round := regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d 204 http://origin\.test/ via="1\.1 fake \(squid/5\.7\)"$`)
+	for _, l := range lines[1:] {
+		if !round.MatchString(l) {
+			t.Errorf("line %q: want the round's time, then the answer", l)
+		}
 	}
 }

@@ -32,7 +32,7 @@ func (e *external) Delete(ctx context.Context, cr *v1alpha1.KVMDomain) (managed.
 				return managed.ExternalDelete{}, err
 			}
 			faultpoint.Reach(faultpoint.DomainPowerOff)
-			return managed.ExternalDelete{}, errors.Errorf(errWaitShutdown, shutdownGrace)
+			return managed.ExternalDelete{}, errors.Errorf(errWaitShutdown, shutdownGrace(cr))
 		}
 		log, _ := domainxml.ConsoleLogOf(d.InactiveXML)
 		if err := e.lv.UndefineDomain(ctx, name); err != nil && !libvirt.IsNotFound(err) {

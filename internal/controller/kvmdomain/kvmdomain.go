@@ -37,9 +37,17 @@ import (
 	"github.com/provider-kvm/provider-kvm/internal/probe"
 )
 
-// shutdownGrace is how long a guest gets to shut down after the ACPI request before it is
-// destroyed (on delete, or when powerState is Stopped).
-const shutdownGrace = 90 * time.Second
+// defaultShutdownGrace is how long a guest gets to shut down after the ACPI request before
+// it is powered off, when its KVMDomain sets no shutdownGracePeriodSeconds.
+const defaultShutdownGrace = 90 * time.Second
+
+// shutdownGrace is cr's shutdown grace period.
+func shutdownGrace(cr *v1alpha1.KVMDomain) time.Duration {
+	if s := cr.Spec.ForProvider.ShutdownGracePeriodSeconds; s != nil && *s >= 0 {
+		return time.Duration(*s) * time.Second
+	}
+	return defaultShutdownGrace
+}
 
 // Error messages.
 const (

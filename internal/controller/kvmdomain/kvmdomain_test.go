@@ -326,7 +326,7 @@ func TestDelete(t *testing.T) {
 		"OursRunning": {
 			reason: "a running domain is asked to shut down first",
 			cr:     kvm(deletingNow), host: []hostSetup{withDomain(ourDomain, uid, libvirt.StateRunning), withOverlay(true)},
-			wantErr: errors.Errorf(errWaitShutdown, shutdownGrace), want: seen{Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched", HostCall: []string{"ShutdownDomain " + ourDomain}},
+			wantErr: errors.Errorf(errWaitShutdown, defaultShutdownGrace), want: seen{Domains: []string{ourDomain}, Overlay: true, Record: true, Victim: "untouched", HostCall: []string{"ShutdownDomain " + ourDomain}},
 		},
 		"SameNameNotOurs": {
 			reason: "a domain of our name that is not ours stays; our overlay goes",
@@ -592,7 +592,24 @@ func TestUpdate(t *testing.T) {
 		},
 		"ForceOffAfterGrace": {
 			reason: "a guest that ignored the request past the grace period is powered off",
-			cr:     kvm(stopped), state: libvirt.StateRunning, asked: shutdownGrace + time.Second, wantCalls: []string{"DestroyDomain " + ourDomain},
+			cr:     kvm(stopped), state: libvirt.StateRunning, asked: defaultShutdownGrace + time.Second, wantCalls: []string{"DestroyDomain " + ourDomain},
+		},
+		"OwnGraceNotOverYet": {
+			reason: "a KVMDomain's own longer grace period is waited out: past the default, the guest is asked again, not powered off",
+			cr: kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.ShutdownGracePeriodSeconds = ptr.To(int32(300)) }),
+			state: libvirt.StateRunning, asked: defaultShutdownGrace + time.Second, lastAsked: shutdownRepeat + time.Second,
+			wantCalls: []string{"ShutdownDomain " + ourDomain},
+		},
+		"OwnGraceOver": {
+			reason: "a KVMDomain's own shorter grace period powers the guest off once past",
+			cr: kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.ShutdownGracePeriodSeconds = ptr.To(int32(10)) }),
+			state: libvirt.StateRunning, asked: 11 * time.Second, lastAsked: 11 * time.Second,
+			wantCalls: []string{"DestroyDomain " + ourDomain},
+		},
+		"ZeroGrace": {
+			reason: "a grace period of 0 powers the guest off without asking",
+			cr: kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.ShutdownGracePeriodSeconds = ptr.To(int32(0)) }),
+			state: libvirt.StateRunning, wantCalls: []string{"DestroyDomain " + ourDomain},
 		},
 		"PausedIsDestroyed": {
 			reason: "a paused guest cannot shut down: it is powered off",

@@ -59,15 +59,19 @@ func (s *shutdowns) done(uid types.UID) {
 	delete(s.last, uid)
 }
 
-// powerOff asks the guest to shut down, and destroys it once shutdownGrace has passed.
+// powerOff asks the guest to shut down, and destroys it once its grace period has passed
+// (at once for a grace of 0).
 func (e *external) powerOff(ctx context.Context, cr *v1alpha1.KVMDomain, name, state string) error {
 	if state == libvirt.StateShutOff {
 		e.shutdowns.done(cr.GetUID())
 		return nil
 	}
+	grace := shutdownGrace(cr)
 	waited, asked := e.shutdowns.since(cr.GetUID())
-	if asked && waited > shutdownGrace {
-		e.recorder.Event(cr, event.Warning(reasonForcedOff, errors.Errorf("the guest did not shut down within %s: powered off", shutdownGrace)))
+	if (asked && waited > grace) || grace == 0 {
+		if grace > 0 {
+			e.recorder.Event(cr, event.Warning(reasonForcedOff, errors.Errorf("the guest did not shut down within %s: powered off", grace)))
+		}
 		return e.lv.DestroyDomain(ctx, name)
 	}
 	switch state {
