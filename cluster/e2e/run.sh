@@ -17,8 +17,7 @@
 #
 # Env: VCPUS (2) and MEM_MIB (1024) of every guest, GUEST_TIMEOUT (900 s per guest),
 #      DELETE_TIMEOUT (600 s), POLL (provider poll interval; default: the provider's own, 1m),
-#      E2E_WORK (/var/lib/provider-kvm-e2e), SKIP_BASELINE=1, HOST_DOWN=1 (the replicas case
-#      also stops host-b's libvirtd: not yet part of make e2e by default), PROVIDER_DEBUG=1, BENCH_RUNS (3),
+#      E2E_WORK (/var/lib/provider-kvm-e2e), SKIP_BASELINE=1, PROVIDER_DEBUG=1, BENCH_RUNS (3),
 #      KEEP_ON_FAILURE=1 (leave the node, the servers and the VMs running after a failure, for
 #      debugging; make demo-down removes them), E2E_RUN (the -test.run pattern).
 set -euo pipefail

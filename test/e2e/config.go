@@ -63,7 +63,6 @@ type config struct {
 	GuestTimeout                     time.Duration
 	DeleteTimeout                    time.Duration
 	SkipBaseline                     bool
-	HostDown                         bool // HOST_DOWN=1: checkReplicas stops and starts host-b's libvirtd (checkHostDown)
 	KeepOnFailure                    bool
 	BringUpStart                     time.Time // T0: when the bring-up began; zero when unknown
 	// Netns is the network namespace the tests run in (the LAN's node).
@@ -207,7 +206,6 @@ func configFrom(s settings, work string) (config, error) {
 		ClientImage:   s.str("CLIENT_IMAGE", DefaultClientImage),
 		Poll:          s.str("POLL", "1m (default)"),
 		SkipBaseline:  s["SKIP_BASELINE"] == "1",
-		HostDown:      s["HOST_DOWN"] == "1",
 		KeepOnFailure: s["KEEP_ON_FAILURE"] == "1",
 		Netns:         s.str("LAN_NODE_NETNS", "node"),
 		SSHUser:       s.str("LAN_SSH_USER", "root"),

@@ -6,12 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -111,12 +109,8 @@ func (e *env) checkReplicas(ctx context.Context, pc proxyCase, home, other strin
 	}
 	logf("  %s: 2/2 replicas, %s on %s and %s on %s, both in the EndpointSlice (%s) and answering 204",
 		pc.label(), pc.name, home, r1.Name, other, strings.Join(ips, ", "))
-	if e.cfg.HostDown {
-		if err := e.checkHostDown(ctx, pc, home); err != nil {
-			return err
-		}
-	} else {
-		logf("  %s: NOT RUN: the host-down check (HOST_DOWN=1 runs it; not yet part of make e2e by default)", pc.label())
+	if err := e.checkHostDown(ctx, pc, home); err != nil {
+		return err
 	}
 	onHost, err := e.hosts.DomainObjects(pc.ns + "_" + r1.Name)
 	if err != nil {
@@ -239,35 +233,31 @@ func (e *env) checkPlacementOwnImage(ctx context.Context, ns, name, host string)
 }
 
 // checkHostDown stops the libvirtd of host, where one of pc's two Ready replicas runs (its
-// guest keeps running), while a prober sends a request through the Proxy's Service every 0.5 s,
-// as an application pod does. The provider cannot read host any more: the Proxy stays Ready at
-// 1 of 2 replicas, and its EndpointSlice lists only the other replica, since what the VM on
-// host does is no longer known. With libvirtd started again: 2 of 2, both in the EndpointSlice.
-// At most one request may fail (one in flight when an address leaves), and the Proxy's
-// ProxyReady may never be False.
+// guest keeps running), while an application pod sends a request through the Proxy every
+// 0.5 s (podProber: HTTP_PROXY from the Proxy's Secret, the Service by its cluster DNS name).
+// The provider cannot read host any more: the Proxy stays Ready at 1 of 2 replicas, and its
+// EndpointSlice lists only the other replica, since what the VM on host does is no longer
+// known. With libvirtd started again: 2 of 2, both in the EndpointSlice. At most one request
+// may fail (one in flight when an address leaves), and the Proxy's ProxyReady may never be
+// False.
 func (e *env) checkHostDown(ctx context.Context, pc proxyCase, host string) error {
 	hc, ok := e.cfg.host(host)
 	if !ok || hc.LAN == "" {
 		return fmt.Errorf("%s: ClusterProviderConfig %s is no host of the LAN bed", pc.label(), host)
 	}
 	key := client.ObjectKey{Namespace: pc.ns, Name: pc.name + "-proxy"}
-	svc := &corev1.Service{}
-	if err := e.c.Get(ctx, key, svc); err != nil {
-		return err
-	}
-	if svc.Spec.ClusterIP == "" || len(svc.Spec.Ports) == 0 {
-		return fmt.Errorf("%s: Service %s has no cluster IP or port", pc.label(), key)
-	}
-	addr := net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
 	onHost, err := e.replicaIPOn(ctx, pc, host)
 	if err != nil {
 		return err
 	}
-	p, stop := e.startProberTo(ctx, func(context.Context) (string, error) { return addr, nil })
+	p, err := e.startPodProber(ctx, pc.ns, pc.name+"-prober", pc.name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pc.label(), err)
+	}
 	stopped, started := false, false
 	defer func() {
 		if !stopped {
-			stop()
+			_, _ = p.stop(context.WithoutCancel(ctx), e)
 		}
 		if !started {
 			_ = e.lanCtl(context.WithoutCancel(ctx), hc.LAN, "start-libvirtd")
@@ -308,7 +298,7 @@ func (e *env) checkHostDown(ctx context.Context, pc proxyCase, host string) erro
 	if err := e.lanCtl(ctx, hc.LAN, "stop-libvirtd"); err != nil {
 		return err
 	}
-	logf("  %s: %s's libvirtd stopped (its guest %s keeps running); a request through the Service (%s) every 0.5 s", pc.label(), hc.LAN, onHost, addr)
+	logf("  %s: %s's libvirtd stopped (its guest %s keeps running); pod %s/%s sends a request through the Proxy every %s", pc.label(), hc.LAN, onHost, p.ns, p.name, podProberEvery)
 	// The host status calls a host not Ready after its retries (about 2 minutes), and the Proxy
 	// is composed again within Crossplane's poll.
 	if err := waitFor(ctx, pc.label()+" at 1 of 2 with "+host+" not Ready", time.Second, 6*time.Minute, func(ctx context.Context) error {
@@ -332,11 +322,12 @@ func (e *env) checkHostDown(ctx context.Context, pc proxyCase, host string) erro
 	back := time.Since(t1)
 	e.tl.add("replicas "+pc.name, host+"'s libvirtd started -> 2/2, both in the EndpointSlice", secs(back))
 	time.Sleep(2 * time.Second)
-	stop()
 	stopped = true
-	p.mu.Lock()
-	okN, failures, byIP := p.ok, p.failures, p.ips
-	p.mu.Unlock()
+	r, err := p.stop(ctx, e)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pc.label(), err)
+	}
+	okN, failures := r.ok, r.failures
 	if len(failures) > 1 {
 		return fmt.Errorf("%s: %d requests through the Service failed while %s's libvirtd was down and back (at most 1 may): %s",
 			pc.label(), len(failures), hc.LAN, strings.Join(failures, "; "))
@@ -347,8 +338,8 @@ func (e *env) checkHostDown(ctx context.Context, pc proxyCase, host string) erro
 	if okN == 0 {
 		return fmt.Errorf("%s: no request through the Service answered", pc.label())
 	}
-	logf("  %s: 1 of 2 Ready %s after %s's libvirtd stopped, 2 of 2 %s after it started; %d requests through the Service answered 204 (%v), %d failed; ProxyReady True throughout",
-		pc.label(), secs(down)+" s", hc.LAN, secs(back)+" s", okN, byIP, len(failures))
+	logf("  %s: 1 of 2 Ready %s after %s's libvirtd stopped, 2 of 2 %s after it started; %d requests of pod %s/%s through the Proxy answered 204, %d failed; ProxyReady True throughout",
+		pc.label(), secs(down)+" s", hc.LAN, secs(back)+" s", okN, p.ns, p.name, len(failures))
 	return nil
 }
 
