@@ -5,7 +5,11 @@
 #   ctl.sh restart-sshd       stop sshd (recorded PID) and its sessions, start it again
 #   ctl.sh restart-libvirtd   stop libvirtd (recorded PID), start it again, wait for the socket
 #   ctl.sh stop-libvirtd      stop libvirtd (recorded PID); start-libvirtd starts it again
-#   ctl.sh kill-ssh-sessions  kill sshd's per-connection children (drops every SSH connection)
+#   ctl.sh kill-ssh-sessions [PID]
+#                             kill sshd's per-connection children (drops every SSH connection);
+#                             with PID, only those of PID's own connections, so a package that
+#                             shares the bed with others cuts its connections alone (fails when
+#                             PID has none)
 #   ctl.sh count-ssh-conns    established TCP connections to 127.0.0.1:$SSH_PORT inside $NS
 #   ctl.sh reset              remove what an earlier run that was cut left: its test processes
 #                             in $NS, every domain, the volumes of $POOL, the pools and networks
@@ -67,6 +71,31 @@ kill_sessions() {
   # shellcheck disable=SC2086
   [ -z "$s" ] || kill $s 2>/dev/null || true
 }
+# sessions_of PID: the sshd sessions (children of the recorded sshd) at the other end of PID's
+# established connections to sshd. ss -p names the processes holding each socket: PID on the
+# client's side, by its local port; the session on the server's side, by the same peer port.
+sessions_of() {
+  local pid=$1 ports p all
+  ports=$(ip netns exec "$NS" ss -Htnp state established "( dport = :$SSH_PORT )" |
+    awk -v want="pid=$pid," 'index($0, want) { n = split($3, a, ":"); print a[n] }')
+  [ -n "$ports" ] || return 0
+  all=" $(sessions | tr '\n' ' ') "
+  for p in $ports; do
+    ip netns exec "$NS" ss -Htnp state established "( sport = :$SSH_PORT and dport = :$p )" |
+      grep -o 'pid=[0-9]*' | cut -d= -f2
+  done | sort -u | while read -r s; do
+    case $all in *" $s "*) echo "$s" ;; esac
+  done
+}
+kill_sessions_of() {
+  local s; s=$(sessions_of "$1")
+  if [ -z "$s" ]; then
+    echo "ctl.sh: process $1 has no SSH session to sshd on :$SSH_PORT" >&2; return 1
+  fi
+  # shellcheck disable=SC2086
+  kill $s 2>/dev/null || true
+  echo "ctl.sh: killed $(wc -w <<<"$s") SSH session(s) of process $1"
+}
 # reset: a run whose lock holder was killed (flock -o: the lock is flock's own) can leave its
 # go command and test binaries running, with the envtest servers they started, and whatever
 # its tests made on the host: domains of fixed names, volumes, pools, networks. The next run
@@ -118,7 +147,7 @@ case "${1:-}" in
   restart-sshd) kill_sessions; stop_one sshd 5; start_sshd ;;
   restart-libvirtd) stop_one libvirtd 5; start_libvirtd ;;
   stop-libvirtd) stop_one libvirtd 5 ;;
-  kill-ssh-sessions) kill_sessions ;;
+  kill-ssh-sessions) if [ -n "${2:-}" ]; then kill_sessions_of "$2"; else kill_sessions; fi ;;
   count-ssh-conns)
     out=$(ip netns exec "$NS" ss -Htn state established "( dport = :$SSH_PORT )")
     if [ -z "$out" ]; then echo 0; else printf '%s\n' "$out" | wc -l; fi ;;

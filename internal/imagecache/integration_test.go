@@ -531,7 +531,7 @@ func TestIntegrationInterrupted(t *testing.T) {
 				once.Do(func() {
 					go func() {
 						defer close(killed)
-						if out, err := exec.Command(e.tb.ctl, "kill-ssh-sessions").CombinedOutput(); err != nil {
+						if out, err := exec.Command(e.tb.ctl, "kill-ssh-sessions", strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
 							t.Errorf("kill-ssh-sessions: %v\n%s", err, out)
 						}
 					}()
@@ -958,9 +958,9 @@ func TestIntegrationRemoveInUse(t *testing.T) {
 	e.requireAbsent(t, ctx, src)
 }
 
-// retryTransient retries fn for a while: right after ctl.sh
-// kill-ssh-sessions (this test's or a concurrently running package's)
-// reconnecting can fail for a few seconds, and a controller would requeue.
+// retryTransient retries fn for a while: right after this test's ctl.sh
+// kill-ssh-sessions reconnecting can fail for a few seconds, and a
+// controller would requeue.
 func retryTransient(ctx context.Context, t *testing.T, fn func() error) error {
 	t.Helper()
 	var err error

@@ -2,6 +2,8 @@ package connection
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -176,7 +178,7 @@ func TestConnectRealHost(t *testing.T) {
 		if got := rec.reasons(); len(got) != 1 || got[0] != ReasonInsecureConnection {
 			t.Fatalf("after one open: events %v, want one %s", got, ReasonInsecureConnection)
 		}
-		tb.Control(t, "kill-ssh-sessions")
+		tb.Control(t, "kill-ssh-sessions", strconv.Itoa(os.Getpid())) // this package's sessions only: the bed is shared
 		deadline := time.Now().Add(20 * time.Second)
 		for listDomains(s) != nil && time.Now().Before(deadline) {
 			time.Sleep(200 * time.Millisecond)

@@ -596,20 +596,20 @@ func TestUpdate(t *testing.T) {
 		},
 		"OwnGraceNotOverYet": {
 			reason: "a KVMDomain's own longer grace period is waited out: past the default, the guest is asked again, not powered off",
-			cr: kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.ShutdownGracePeriodSeconds = ptr.To(int32(300)) }),
-			state: libvirt.StateRunning, asked: defaultShutdownGrace + time.Second, lastAsked: shutdownRepeat + time.Second,
+			cr:     kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.ShutdownGracePeriodSeconds = ptr.To(int32(300)) }),
+			state:  libvirt.StateRunning, asked: defaultShutdownGrace + time.Second, lastAsked: shutdownRepeat + time.Second,
 			wantCalls: []string{"ShutdownDomain " + ourDomain},
 		},
 		"OwnGraceOver": {
 			reason: "a KVMDomain's own shorter grace period powers the guest off once past",
-			cr: kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.ShutdownGracePeriodSeconds = ptr.To(int32(10)) }),
-			state: libvirt.StateRunning, asked: 11 * time.Second, lastAsked: 11 * time.Second,
+			cr:     kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.ShutdownGracePeriodSeconds = ptr.To(int32(10)) }),
+			state:  libvirt.StateRunning, asked: 11 * time.Second, lastAsked: 11 * time.Second,
 			wantCalls: []string{"DestroyDomain " + ourDomain},
 		},
 		"ZeroGrace": {
 			reason: "a grace period of 0 powers the guest off without asking",
-			cr: kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.ShutdownGracePeriodSeconds = ptr.To(int32(0)) }),
-			state: libvirt.StateRunning, wantCalls: []string{"DestroyDomain " + ourDomain},
+			cr:     kvm(stopped, func(d *v1alpha1.KVMDomain) { d.Spec.ForProvider.ShutdownGracePeriodSeconds = ptr.To(int32(0)) }),
+			state:  libvirt.StateRunning, wantCalls: []string{"DestroyDomain " + ourDomain},
 		},
 		"PausedIsDestroyed": {
 			reason: "a paused guest cannot shut down: it is powered off",
