@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -26,6 +27,7 @@ const podProberEvery = "500ms"
 // httpget (cluster/node/httpget) with HTTPGET_EVERY, which prints one line per request.
 type podProber struct {
 	ns, name string
+	cs       *kubernetes.Clientset // for the pod's logs
 }
 
 // startPodProber runs a prober pod named name in ns through Proxy proxy and waits until it
@@ -63,15 +65,19 @@ func (e *env) startPodProber(ctx context.Context, ns, name, proxy string) (*podP
 	if err := e.c.Create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("create prober pod %s/%s: %w", ns, name, err)
 	}
-	p := &podProber{ns: ns, name: name}
-	err := waitFor(ctx, "prober pod "+ns+"/"+name+" to answer 204", time.Second, 120*time.Second, func(ctx context.Context) error {
+	cs, err := e.clientset()
+	if err != nil {
+		return nil, err
+	}
+	p := &podProber{ns: ns, name: name, cs: cs}
+	err = waitFor(ctx, "prober pod "+ns+"/"+name+" to answer 204", time.Second, 120*time.Second, func(ctx context.Context) error {
 		if err := e.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return err
 		}
 		if pod.Status.Phase != corev1.PodRunning {
 			return fmt.Errorf("phase %s%s", pod.Status.Phase, waiting(pod))
 		}
-		r, err := p.read(ctx, e)
+		r, err := p.read(ctx)
 		if err != nil {
 			return err
 		}
@@ -97,12 +103,8 @@ type proberResult struct {
 }
 
 // read counts the pod's lines so far (its first line, the proxy's address, is not a request).
-func (p *podProber) read(ctx context.Context, e *env) (proberResult, error) {
-	cs, err := e.clientset()
-	if err != nil {
-		return proberResult{}, err
-	}
-	logs, err := cs.CoreV1().Pods(p.ns).GetLogs(p.name, &corev1.PodLogOptions{Container: "app"}).DoRaw(ctx)
+func (p *podProber) read(ctx context.Context) (proberResult, error) {
+	logs, err := p.cs.CoreV1().Pods(p.ns).GetLogs(p.name, &corev1.PodLogOptions{Container: "app"}).DoRaw(ctx)
 	if err != nil {
 		return proberResult{}, fmt.Errorf("logs of prober pod %s/%s: %w", p.ns, p.name, err)
 	}
@@ -127,7 +129,7 @@ func parseProber(logs string) proberResult {
 
 // stop reads what the pod saw and deletes it.
 func (p *podProber) stop(ctx context.Context, e *env) (proberResult, error) {
-	r, err := p.read(ctx, e)
+	r, err := p.read(ctx)
 	if derr := e.deletePod(ctx, p.ns, p.name); err == nil {
 		err = derr
 	}

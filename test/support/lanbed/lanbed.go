@@ -14,12 +14,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/provider-kvm/provider-kvm/test/support/controlplane"
 	"github.com/provider-kvm/provider-kvm/test/support/hostinspect"
+	"github.com/provider-kvm/provider-kvm/test/support/netns"
 )
 
 // Host is one libvirt host of the bed.
@@ -54,7 +54,7 @@ func Require(t testing.TB) *Env {
 	if os.Geteuid() != 0 {
 		missing(t, "not root (cluster/lan/ctl.sh and the hosts' libvirt sockets need it)")
 	}
-	if err := inNetns(os.Getenv("LAN_NODE_NETNS")); err != nil {
+	if err := netns.Inside(os.Getenv("LAN_NODE_NETNS")); err != nil {
 		missing(t, err.Error())
 	}
 	e, err := FromEnv(os.Getenv)
@@ -113,21 +113,6 @@ func (e *Env) Control(t testing.TB, h Host, action string) {
 	if err != nil {
 		t.Fatalf("cluster/lan/ctl.sh %s %s: %v\n%s", h.Name, action, err, out)
 	}
-}
-
-// inNetns says why this process is not inside network namespace name, or nil.
-func inNetns(name string) error {
-	var self, ns syscall.Stat_t
-	if err := syscall.Stat("/proc/self/ns/net", &self); err != nil {
-		return fmt.Errorf("reading this process's network namespace: %w", err)
-	}
-	if err := syscall.Stat("/run/netns/"+name, &ns); err != nil {
-		return fmt.Errorf("network namespace %s does not exist: %w", name, err)
-	}
-	if self.Ino != ns.Ino || self.Dev != ns.Dev {
-		return fmt.Errorf("this test process is not inside network namespace %s", name)
-	}
-	return nil
 }
 
 func missing(t testing.TB, why string) {

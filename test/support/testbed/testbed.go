@@ -16,11 +16,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/provider-kvm/provider-kvm/internal/host"
+	"github.com/provider-kvm/provider-kvm/test/support/netns"
 )
 
 // Env describes the test bed.
@@ -58,15 +58,8 @@ func Require(t testing.TB) *Env {
 		t.Fatalf("TESTBED_SSH_PORT: %v", err)
 	}
 	// Network rule: only talk to hosts inside the test bed's namespace.
-	var self, ns syscall.Stat_t
-	if err := syscall.Stat("/proc/self/ns/net", &self); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Stat("/run/netns/"+e.Netns, &ns); err != nil {
-		missing(t, "network namespace "+e.Netns+" does not exist")
-	}
-	if self.Ino != ns.Ino || self.Dev != ns.Dev {
-		missing(t, "this test process is not inside network namespace "+e.Netns)
+	if err := netns.Inside(e.Netns); err != nil {
+		missing(t, err.Error())
 	}
 	reviveOnce.Do(func() { e.reviveLibvirtd(t) })
 	return e
